@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Exception classes of redist.
+
+Every class carries ``status``, the ``redist_status_t`` code the C ABI returns for it, so one
+table (here) maps Python failures to C status codes. Each class also derives from the builtin
+exception a Python user would expect (``ValueError`` for bad input, ``RuntimeError`` for bad
+state), so code written against nvmath-python's ``Redistribute`` keeps catching what it caught.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RedistError",
+    "InvalidValueError",
+    "InvalidTypeError",
+    "InvalidStateError",
+    "NotInitializedError",
+    "NotSupportedError",
+    "CudaError",
+    "CommunicationError",
+    "InternalError",
+    "BindDistributionError",
+    "ConvertDistributionError",
+    "STATUS",
+    "status_of",
+]
+
+# redist_status_t (cabi/redist.h): keep in sync.
+STATUS = {
+    "SUCCESS": 0,
+    "INVALID_VALUE": 1,
+    "INVALID_STATE": 2,
+    "NOT_INITIALIZED": 3,
+    "NOT_SUPPORTED": 4,
+    "CUDA": 5,
+    "COMMUNICATION": 6,
+    "INTERNAL": 7,
+    "PYTHON_INIT": 8,
+}
+
+
+class RedistError(Exception):
+    """Base class of every error redist raises on purpose."""
+
+    status = STATUS["INTERNAL"]
+
+
+class InvalidValueError(RedistError, ValueError):
+    """An argument has the right type but a wrong value (boxes, shapes, options...)."""
+
+    status = STATUS["INVALID_VALUE"]
+
+
+class InvalidTypeError(RedistError, TypeError):
+    """An argument has the wrong type (unsupported package, stream object, ...)."""
+
+    status = STATUS["INVALID_VALUE"]
+
+
+class InvalidStateError(RedistError, RuntimeError):
+    """A method was called in a state that does not allow it (execute before plan, after free...)."""
+
+    status = STATUS["INVALID_STATE"]
+
+
+class NotInitializedError(RedistError, RuntimeError):
+    """A runtime (MPI, CUDA, NVSHMEM) that the call needs is not up."""
+
+    status = STATUS["NOT_INITIALIZED"]
+
+
+class NotSupportedError(RedistError, NotImplementedError):
+    """A valid request that this build or this machine cannot serve."""
+
+    status = STATUS["NOT_SUPPORTED"]
+
+
+class CudaError(RedistError, RuntimeError):
+    """A CUDA driver, NVRTC or NVSHMEM call failed."""
+
+    status = STATUS["CUDA"]
+
+
+class CommunicationError(RedistError, RuntimeError):
+    """An MPI or NVSHMEM communication step failed."""
+
+    status = STATUS["COMMUNICATION"]
+
+
+class InternalError(RedistError, RuntimeError):
+    """A bug in redist: please report it with the message."""
+
+    status = STATUS["INTERNAL"]
+
+
+class BindDistributionError(InvalidValueError):
+    """A distribution cannot be bound to the given global/local shapes (nvmath-compatible name)."""
+
+
+class ConvertDistributionError(InvalidValueError):
+    """A distribution cannot be converted to the requested kind (nvmath-compatible name)."""
+
+
+_BUILTIN_STATUS = (
+    (MemoryError, STATUS["INTERNAL"]),
+    (NotImplementedError, STATUS["NOT_SUPPORTED"]),
+    (ValueError, STATUS["INVALID_VALUE"]),
+    (TypeError, STATUS["INVALID_VALUE"]),
+    (IndexError, STATUS["INVALID_VALUE"]),
+)
+
+
+def status_of(exc: BaseException) -> int:
+    """Return the ``redist_status_t`` code for any exception (builtins included)."""
+    if isinstance(exc, RedistError):
+        return exc.status
+    for cls, code in _BUILTIN_STATUS:
+        if isinstance(exc, cls):
+            return code
+    return STATUS["INTERNAL"]

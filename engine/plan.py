@@ -1,0 +1,374 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The transfer plan: frozen, backend-free data saying who sends which elements where.
+
+``make_plan(rank, in_boxes, out_boxes, itemsize=..., in_strides=..., out_order=...)`` looks at
+every rank's input box and output box and returns, for ``rank``, the list of transfers it takes
+part in. Each transfer is one global sub-box ``in_boxes[src] ∩ out_boxes[dst]``, described three
+ways, all in elements:
+
+* ``src``/``dst``: one strided copy straight from the source rank's operand into the destination
+  rank's result (what a peer-writing GPU kernel or a shared-memory copy does);
+* ``pack``: source operand -> a dense staging slot (what a packing backend sends);
+* ``unpack``: dense staging slot -> destination result.
+
+Every region is *simplified*: dimensions of extent 1 are dropped and neighbouring dimensions
+merged wherever both sides are contiguous across them, so a slab-to-slab move of a C array is a
+few long contiguous runs. Dimensions are walked in the order of the destination's strides
+(largest first), which is also the element order of the staging slot: sender and receiver agree
+on the packed layout without knowing each other's operand strides.
+
+Staging slots are laid out with ``STAGING_ALIGN``-byte alignment. A rank's receive staging holds
+one slot per source rank, ordered by source rank; ``remote_offsets[i]`` tells the sender where
+its slot starts in the destination's staging, so one-sided puts need no handshake. Symmetric
+(NVSHMEM) staging must be equally large on every rank: ``max_*_staging_bytes`` give that size.
+
+Peers are ordered to spread traffic: at step ``k`` rank ``r`` sends to ``r+k`` and receives from
+``r-k`` (mod P), so no rank is everybody's first target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import geometry as geo
+from .geometry import BoxT
+
+__all__ = ["STAGING_ALIGN", "Region", "Transfer", "Plan", "make_plan", "simplify", "plan_key"]
+
+STAGING_ALIGN = 256
+_PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Region:
+    """``shape`` elements at ``offset + sum(i_k * strides[k])`` of a buffer (all in elements)."""
+
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A strided copy ``dst[dst_offset + i·dst_strides] = src[src_offset + i·src_strides]``.
+
+    ``shape`` and both stride tuples are simplified together (see :func:`simplify`).
+    """
+
+    shape: tuple[int, ...]
+    src_offset: int
+    src_strides: tuple[int, ...]
+    dst_offset: int
+    dst_strides: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def contiguous_inner(self) -> bool:
+        """True when the innermost dimension is contiguous on both sides."""
+        return self.src_strides[-1] == 1 and self.dst_strides[-1] == 1
+
+    @property
+    def run_length(self) -> int:
+        """Elements per contiguous run (1 when the innermost dimension is strided)."""
+        return self.shape[-1] if self.contiguous_inner else 1
+
+    @property
+    def runs(self) -> int:
+        """Number of contiguous runs the copy is made of."""
+        return self.size // self.run_length
+
+    @property
+    def src(self) -> Region:
+        return Region(self.src_offset, self.shape, self.src_strides)
+
+    @property
+    def dst(self) -> Region:
+        return Region(self.dst_offset, self.shape, self.dst_strides)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Elements of ``box`` (global coordinates) that rank ``src`` holds and rank ``dst`` needs.
+
+    ``direct`` copies operand -> result; ``pack`` copies operand -> a dense staging slot
+    (offset 0); ``unpack`` copies a dense staging slot -> result. ``nbytes`` is the payload.
+    """
+
+    src: int
+    dst: int
+    box: BoxT
+    nbytes: int
+    direct: Copy
+    pack: Copy
+    unpack: Copy
+
+    @property
+    def elements(self) -> int:
+        return self.direct.size
+
+    @property
+    def src_region(self) -> Region:
+        return self.direct.src
+
+    @property
+    def dst_region(self) -> Region:
+        return self.direct.dst
+
+
+def simplify(shape: Sequence[int], *strides: Sequence[int]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Drop unit dimensions and merge neighbours that are contiguous in every stride list.
+
+    The dimension order given is kept (outermost first). Always returns at least one dimension.
+    """
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for d in reversed(dims):  # innermost first
+        if out_shape and all(st[d] == o[-1] * out_shape[-1] for st, o in zip(strides, out_strides)):
+            out_shape[-1] *= shape[d]
+            continue
+        out_shape.append(shape[d])
+        for st, o in zip(strides, out_strides):
+            o.append(st[d])
+    if not out_shape:
+        return (1,), tuple((1,) for _ in strides)
+    return tuple(reversed(out_shape)), tuple(tuple(reversed(o)) for o in out_strides)
+
+
+def _copy(shape, src_off, src_st, dst_off, dst_st) -> Copy:
+    sh, (s, d) = simplify(shape, src_st, dst_st)
+    return Copy(sh, src_off, s, dst_off, d)
+
+
+def _align(n: int) -> int:
+    return -(-n // STAGING_ALIGN) * STAGING_ALIGN
+
+
+def plan_key(*parts) -> str:
+    """Stable hex key of a problem description (same problem -> same key, across processes)."""
+    return hashlib.sha256(repr((_PLAN_VERSION,) + parts).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything rank ``rank`` does in one redistribution. Build it with :func:`make_plan`."""
+
+    rank: int
+    nranks: int
+    ndim: int
+    itemsize: int
+    out_order: str
+    global_box: BoxT | None
+    in_boxes: tuple[BoxT, ...]
+    out_boxes: tuple[BoxT, ...]
+    in_shape: tuple[int, ...]
+    in_strides: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    out_strides: tuple[int, ...]
+    local: Transfer | None
+    sends: tuple[Transfer, ...]
+    recvs: tuple[Transfer, ...]
+    send_offsets: tuple[int, ...]
+    recv_offsets: tuple[int, ...]
+    remote_offsets: tuple[int, ...]
+    send_staging_bytes: int
+    recv_staging_bytes: int
+    max_send_staging_bytes: int
+    max_recv_staging_bytes: int
+    key: str = field(compare=False)
+
+    @property
+    def in_box(self) -> BoxT:
+        return self.in_boxes[self.rank]
+
+    @property
+    def out_box(self) -> BoxT:
+        return self.out_boxes[self.rank]
+
+    @property
+    def in_elements(self) -> int:
+        return math.prod(self.in_shape)
+
+    @property
+    def out_elements(self) -> int:
+        return math.prod(self.out_shape)
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        """Local transfer (if any) then sends, in peer order."""
+        return ((self.local,) if self.local is not None else ()) + self.sends
+
+    @property
+    def send_bytes(self) -> dict[int, int]:
+        """Payload bytes per destination peer (remote only)."""
+        return {t.dst: t.nbytes for t in self.sends}
+
+    @property
+    def recv_bytes(self) -> dict[int, int]:
+        """Payload bytes per source peer (remote only)."""
+        return {t.src: t.nbytes for t in self.recvs}
+
+    def describe(self) -> str:
+        """A human-readable account of the plan (one line per transfer)."""
+        fmt = geo.format_box
+        lines = [
+            f"Plan rank {self.rank}/{self.nranks} key={self.key} ndim={self.ndim} itemsize={self.itemsize} "
+            f"out_order={self.out_order}",
+            f"  global {fmt(self.global_box) if self.global_box else 'empty'}",
+            f"  input  {fmt(self.in_box)} shape={self.in_shape} strides={self.in_strides}",
+            f"  output {fmt(self.out_box)} shape={self.out_shape} strides={self.out_strides}",
+            f"  staging send={self.send_staging_bytes} B recv={self.recv_staging_bytes} B "
+            f"(max over ranks: send={self.max_send_staging_bytes} B recv={self.max_recv_staging_bytes} B)",
+        ]
+
+        def one(kind, t: Transfer, extra=""):
+            c = t.direct
+            return (
+                f"  {kind:5s} {t.src}->{t.dst} {fmt(t.box)} {t.nbytes} B; {c.runs} run(s) of {c.run_length} "
+                f"elem; copy shape={c.shape} src@{c.src_offset}{c.src_strides} dst@{c.dst_offset}{c.dst_strides}"
+                f"{extra}"
+            )
+
+        if self.local is not None:
+            lines.append(one("local", self.local))
+        for t, off, roff in zip(self.sends, self.send_offsets, self.remote_offsets):
+            lines.append(one("send", t, f"; staging@{off} -> peer staging@{roff}"))
+        for t, off in zip(self.recvs, self.recv_offsets):
+            lines.append(one("recv", t, f"; staging@{off}"))
+        if self.local is None and not self.sends and not self.recvs:
+            lines.append("  (nothing to move)")
+        return "\n".join(lines)
+
+
+def make_plan(
+    rank: int,
+    in_boxes: Sequence[BoxT],
+    out_boxes: Sequence[BoxT],
+    *,
+    itemsize: int,
+    in_strides: Sequence[Sequence[int] | None] | None = None,
+    out_order: str = "C",
+) -> Plan:
+    """Plan rank ``rank``'s part of moving data from ``in_boxes`` to ``out_boxes``.
+
+    Parameters
+    ----------
+    rank:
+        The rank to plan for, ``0 <= rank < len(in_boxes)``.
+    in_boxes, out_boxes:
+        One ``(lower, upper)`` box per rank, global coordinates (see :mod:`.geometry`). They
+        must be validated already (exact covers of the same global box).
+    itemsize:
+        Bytes per element (any positive size: 1, 12, a structured dtype...).
+    in_strides:
+        Per rank, the element strides of that rank's operand (positive; padded arrays allowed),
+        or None for dense in ``out_order``. None altogether means dense everywhere.
+    out_order:
+        "C" or "F": every rank's result is dense in this order.
+    """
+    nranks = len(in_boxes)
+    if len(out_boxes) != nranks:
+        raise ValueError(f"got {nranks} input boxes but {len(out_boxes)} output boxes")
+    if not 0 <= rank < nranks:
+        raise ValueError(f"rank {rank} is not in [0, {nranks})")
+    if out_order not in ("C", "F"):
+        raise ValueError(f"out_order must be 'C' or 'F', got {out_order!r}")
+    if itemsize <= 0:
+        raise ValueError(f"itemsize must be positive, got {itemsize}")
+    in_boxes = tuple(geo.as_box(*b) for b in in_boxes)
+    out_boxes = tuple(geo.as_box(*b) for b in out_boxes)
+    ndim = len(in_boxes[0][0])
+    in_shapes = [geo.box_shape(b) for b in in_boxes]
+    out_shapes = [geo.box_shape(b) for b in out_boxes]
+    strides = [
+        tuple(int(s) for s in st) if st is not None else geo.dense_strides(sh, out_order)
+        for st, sh in zip(in_strides if in_strides is not None else [None] * nranks, in_shapes)
+    ]
+    out_strides = [geo.dense_strides(sh, out_order) for sh in out_shapes]
+    # Walk dims in destination order (largest stride first): C natural, F reversed.
+    perm = list(range(ndim)) if out_order == "C" else list(range(ndim - 1, -1, -1))
+
+    def transfer(s: int, d: int, box: BoxT) -> Transfer:
+        shape = [box[1][k] - box[0][k] for k in perm]
+        s_st = [strides[s][k] for k in perm]
+        d_st = [out_strides[d][k] for k in perm]
+        s_off = geo.region_offset(in_boxes[s][0], box[0], strides[s])
+        d_off = geo.region_offset(out_boxes[d][0], box[0], out_strides[d])
+        packed = geo.dense_strides(shape, "C")
+        n = math.prod(shape)
+        return Transfer(
+            src=s,
+            dst=d,
+            box=box,
+            nbytes=n * itemsize,
+            direct=_copy(shape, s_off, s_st, d_off, d_st),
+            pack=_copy(shape, s_off, s_st, 0, packed),
+            unpack=_copy(shape, 0, packed, d_off, d_st),
+        )
+
+    # Bytes between every (src, dst) pair: the staging layout of every rank depends on it.
+    vol = geo.pairwise_overlap(in_boxes, out_boxes) * itemsize
+    np.fill_diagonal(vol, 0)
+    slot = -(-vol // STAGING_ALIGN) * STAGING_ALIGN  # aligned slot sizes
+    # recv staging of d: slots ordered by source rank => start of s's slot = sum of earlier slots
+    recv_starts = np.cumsum(slot, axis=0) - slot
+    send_totals = slot.sum(axis=1)
+    recv_totals = slot.sum(axis=0)
+
+    local = None
+    mine = geo.intersect(in_boxes[rank], out_boxes[rank])
+    if mine is not None:
+        local = transfer(rank, rank, mine)
+    sends, send_offsets, remote_offsets = [], [], []
+    recvs, recv_offsets = [], []
+    off = 0
+    for k in range(1, nranks):
+        d = (rank + k) % nranks
+        if vol[rank, d]:
+            sends.append(transfer(rank, d, geo.intersect(in_boxes[rank], out_boxes[d])))
+            send_offsets.append(off)
+            remote_offsets.append(int(recv_starts[rank, d]))
+            off += int(slot[rank, d])
+        s = (rank - k) % nranks
+        if vol[s, rank]:
+            recvs.append(transfer(s, rank, geo.intersect(in_boxes[s], out_boxes[rank])))
+            recv_offsets.append(int(recv_starts[s, rank]))
+
+    key = plan_key(rank, nranks, itemsize, out_order, in_boxes, out_boxes, tuple(strides))
+    return Plan(
+        rank=rank,
+        nranks=nranks,
+        ndim=ndim,
+        itemsize=itemsize,
+        out_order=out_order,
+        global_box=geo.bounding_box(in_boxes),
+        in_boxes=in_boxes,
+        out_boxes=out_boxes,
+        in_shape=in_shapes[rank],
+        in_strides=strides[rank],
+        out_shape=out_shapes[rank],
+        out_strides=out_strides[rank],
+        local=local,
+        sends=tuple(sends),
+        recvs=tuple(recvs),
+        send_offsets=tuple(send_offsets),
+        recv_offsets=tuple(recv_offsets),
+        remote_offsets=tuple(remote_offsets),
+        send_staging_bytes=int(send_totals[rank]),
+        recv_staging_bytes=int(recv_totals[rank]),
+        max_send_staging_bytes=int(send_totals.max()) if nranks else 0,
+        max_recv_staging_bytes=int(recv_totals.max()) if nranks else 0,
+        key=key,
+    )
