@@ -1,7 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
-"""redist: plan-once, execute-many redistribution of distributed N-D arrays."""
+"""redist: plan-once, execute-many redistribution of distributed N-D arrays.
+
+Every process holds one box of a global N-D array; :class:`Redistribute` changes which box each
+process holds (slab along X -> slab along Y, pencils, arbitrary boxes). Host arrays move over
+MPI; GPU arrays move over NVSHMEM inside one CUDA graph per stream.
+
+>>> import numpy as np, redist
+>>> rank = redist.get_context().process_group.rank
+>>> a = np.ones(redist.Slab.X.shape(rank, (64, 64, 64)))
+>>> with redist.Redistribute(a, redist.Slab.X, redist.Slab.Y) as r:
+...     r.plan()
+...     b = r.execute()      # this rank's Slab.Y box
+"""
 
 from ._distributions import BlockNonCyclic, Box, Distribution, ProcessGrid, Slab
+from ._operands import RawArray
+from ._options import RedistributeOptions
+from ._redistribute import Redistribute, redistribute
+from ._runtime import DistributedContext, ProcessGroup, finalize, get_context, initialize
 from .engine.errors import (
     BindDistributionError,
     CommunicationError,
@@ -18,16 +34,31 @@ from .engine.errors import (
 
 __version__ = "0.1.0"
 
+#: nvmath-python's name for the state error.
+InvalidRedistributeState = InvalidStateError
+
 __all__ = [
+    "Redistribute",
+    "redistribute",
+    "RedistributeOptions",
     "Distribution",
     "Box",
     "Slab",
     "ProcessGrid",
     "BlockNonCyclic",
+    "RawArray",
+    "initialize",
+    "finalize",
+    "get_context",
+    "DistributedContext",
+    "ProcessGroup",
+    "allocate_symmetric_memory",
+    "free_symmetric_memory",
     "RedistError",
     "InvalidValueError",
     "InvalidTypeError",
     "InvalidStateError",
+    "InvalidRedistributeState",
     "NotInitializedError",
     "NotSupportedError",
     "CudaError",
@@ -36,3 +67,12 @@ __all__ = [
     "BindDistributionError",
     "ConvertDistributionError",
 ]
+
+
+def __getattr__(name):
+    # The symmetric-memory API imports CUDA packages: load it on first use only.
+    if name in ("allocate_symmetric_memory", "free_symmetric_memory"):
+        from . import _symmetric
+
+        return getattr(_symmetric, name)
+    raise AttributeError(f"module 'redist' has no attribute {name!r}")

@@ -119,7 +119,7 @@ class Box(Distribution):
             if h < l:
                 raise InvalidValueError(
                     f"The upper coordinates must be >= the lower coordinates, but got lower={lo} upper={hi} "
-                    f"(axis {ax})"
+                    f"(lower > upper on axis {ax})"
                 )
         self._lower, self._upper = lo, hi
 

@@ -67,6 +67,8 @@ class Operand:
         return math.prod(self.shape)
 
     def layouts(self) -> tuple[str, ...]:
+        if self.size == 0:
+            return ("C", "F")
         return geo.layout_candidates(self.shape, self.strides)
 
 
@@ -140,7 +142,10 @@ def wrap(obj) -> Operand:
                      f"raw{obj.itemsize}", obj.itemsize)
     if op.itemsize <= 0:
         raise InvalidValueError(f"element size must be positive, got {op.itemsize}")
-    _check_strides(op.shape, op.strides)
+    if op.size == 0:  # nothing to address: numpy/torch strides of empty arrays are arbitrary
+        op.strides = geo.dense_strides(op.shape, "C")
+    else:
+        _check_strides(op.shape, op.strides)
     return op
 
 

@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``python -m redist``: the command-line entry point (``demo``, ``info``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+_LAYOUTS = ("slab-x", "slab-y", "slab-z", "pencil-x", "pencil-y", "pencil-z")
+
+
+def _grid2(p: int) -> tuple[int, int]:
+    a = int(math.isqrt(p))
+    while p % a:
+        a -= 1
+    return a, p // a
+
+
+def _distribution(name: str, ndim: int, nranks: int):
+    import redist
+
+    if name.startswith("slab-"):
+        axis = "xyz".index(name[-1])
+        if axis >= ndim:
+            raise SystemExit(f"{name} needs at least {axis + 1} dimensions")
+        return redist.Slab(axis)
+    axis = "xyz".index(name[-1])
+    if ndim < 3 or axis >= ndim:
+        raise SystemExit(f"{name} needs a 3-D shape")
+    a, b = _grid2(nranks)
+    grid = [a, b]
+    grid.insert(axis, 1)
+    return redist.BlockNonCyclic(redist.ProcessGrid(tuple(grid) + (1,) * (ndim - 3)))
+
+
+def _progress(i: int, n: int, enabled: bool):
+    if not enabled:
+        return
+    width = 30
+    done = width * i // n
+    end = "\n" if i == n else ""
+    if sys.stderr.isatty() or i == n:
+        print(f"\r  [{'#' * done}{'.' * (width - done)}] {i}/{n}", end=end, file=sys.stderr, flush=True)
+
+
+def _demo(args) -> int:
+    from ._launch import mpiexec_command, under_mpi_launcher
+
+    if not under_mpi_launcher() and not args.child and args.ranks > 1:
+        cmd = mpiexec_command(args.ranks) + [sys.executable, "-m", "redist", "demo", "--child", *args.argv]
+        print(f"[redist] launching: {' '.join(cmd)}", flush=True)
+        return os.spawnv(os.P_WAIT, cmd[0], cmd) if os.name == "posix" else 1
+
+    import numpy as np
+
+    import redist
+
+    ctx = redist.get_context()
+    pg = ctx.process_group
+    rank, P = pg.rank, pg.nranks
+    shape = tuple(args.shape)
+    dtype = np.dtype(args.dtype)
+    src_d, dst_d = _distribution(args.from_, len(shape), P), _distribution(args.to, len(shape), P)
+    src_box, dst_box = src_d.box(rank, shape), dst_d.box(rank, shape)
+
+    def expected(box):
+        idx = np.indices(box.box_shape, dtype=np.int64)
+        lin = np.zeros(box.box_shape, dtype=np.int64)
+        for d in range(len(shape)):
+            lin = lin * shape[d] + (idx[d] + box.lower[d])
+        if dtype.kind == "c":
+            return (lin + 1j * (-lin)).astype(dtype)
+        return lin.astype(dtype)
+
+    a = expected(src_box)
+    want_b = expected(dst_box)
+    forward = redist.Redistribute(a, src_d, dst_d)
+    forward.plan()
+    b = forward.execute()
+    backward = redist.Redistribute(b, dst_d, src_d)
+    backward.plan()
+    times_f, times_b, bad = [], [], 0
+    show = rank == 0
+    if show:
+        print(f"redist demo: {P} rank(s), global {shape} {dtype.name}, {args.from_} -> {args.to} -> {args.from_}, "
+              f"{args.iterations} iterations, execution {forward.execution_space}", flush=True)
+    for it in range(1, args.iterations + 1):
+        pg.comm.Barrier()
+        t0 = time.perf_counter()
+        b = forward.execute()
+        t1 = time.perf_counter()
+        backward.reset_operand_unchecked(b)
+        a2 = backward.execute()
+        t2 = time.perf_counter()
+        times_f.append(t1 - t0)
+        times_b.append(t2 - t1)
+        bad += int(not np.array_equal(b, want_b)) + int(not np.array_equal(a2, a))
+        _progress(it, args.iterations, show)
+    bad = pg.comm.allreduce(bad)
+    moved = pg.comm.allreduce(sum(t.nbytes for t in forward._plan.sends))
+    total = math.prod(shape) * dtype.itemsize
+    tf = max(pg.comm.allgather(float(np.median(times_f))))
+    tb = max(pg.comm.allgather(float(np.median(times_b))))
+    forward.free()
+    backward.free()
+    if show:
+        rows = [("forward", f"{args.from_}->{args.to}", tf), ("backward", f"{args.to}->{args.from_}", tb)]
+        print(f"  {'step':9s} {'move':18s} {'array MB':>9s} {'moved MB':>9s} {'ms/execute':>11s} {'GB/s':>8s}")
+        for step, move, t in rows:
+            print(f"  {step:9s} {move:18s} {total / 1e6:9.2f} {moved / 1e6:9.2f} {t * 1e3:11.3f} {total / t / 1e9:8.2f}")
+        verdict = "every element verified" if bad == 0 else f"{bad} MISMATCHED results"
+        print(f"  {verdict} ({2 * args.iterations} executes per rank)", flush=True)
+    return 0 if bad == 0 else 1
+
+
+def _info(args) -> int:
+    import redist
+
+    ctx = redist.get_context()
+    if ctx.process_group.rank == 0:
+        print(f"redist {redist.__version__}: {ctx.process_group.nranks} rank(s), backends {ctx.backends}, "
+              f"device {ctx.device_id}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m redist", description="redist command-line tools")
+    sub = parser.add_subparsers(dest="cmd")
+    d = sub.add_parser("demo", help="redistribute a known array back and forth, verify, and time it")
+    d.add_argument("--ranks", type=int, default=4, help="processes to launch under mpiexec (default 4)")
+    d.add_argument("--shape", type=int, nargs="+", default=[256, 256, 256], help="global shape (default 256 256 256)")
+    d.add_argument("--from", dest="from_", choices=_LAYOUTS, default="slab-x")
+    d.add_argument("--to", choices=_LAYOUTS, default="slab-y")
+    d.add_argument("--dtype", default="complex64")
+    d.add_argument("--iterations", type=int, default=20)
+    d.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    sub.add_parser("info", help="print the runtime context")
+    args = parser.parse_args(argv)
+    if args.cmd == "demo":
+        args.argv = [a for a in argv[1:] if a != "--child"]
+        return _demo(args)
+    if args.cmd == "info":
+        return _info(args)
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

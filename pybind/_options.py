@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""RedistributeOptions: the knobs of a :class:`redist.Redistribute`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .engine.errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["RedistributeOptions"]
+
+
+@dataclass
+class RedistributeOptions:
+    """Options for :class:`redist.Redistribute` (a dict with the same keys is accepted too).
+
+    Attributes
+    ----------
+    logger : logging.Logger or None
+        Where planning and execution are logged (INFO: stage times, per-peer bytes). None
+        uses the root logger, as nvmath-python does.
+    blocking : True or "auto"
+        True: ``execute()`` returns once the result is complete. "auto" (default): host
+        operands block (MPI), GPU executions return as soon as the graph is launched on the
+        stream.
+    execution : "auto", "cpu" or "cuda"
+        Where the exchange runs. "auto" (default): host operands on the MPI host backend, GPU
+        operands on the CUDA backend. "cuda" runs host operands on the GPU through an
+        engine-owned device mirror (copy in, run, copy out), as nvmath-python always does.
+    transport : "auto", "push" or "put"
+        CUDA backend only. "push": one fused kernel writes straight into peers' results
+        through NVLink/P2P pointers; "put": pack into symmetric staging, NVSHMEM put, unpack
+        (works between nodes). "auto" picks push for every peer that is reachable, put
+        otherwise.
+    """
+
+    logger: logging.Logger | None = None
+    blocking: Literal[True, "auto"] = "auto"
+    execution: Literal["auto", "cpu", "cuda"] = "auto"
+    transport: Literal["auto", "push", "put"] = "auto"
+
+    def __post_init__(self):
+        if self.blocking is not True and self.blocking != "auto":
+            raise InvalidValueError("The value specified for 'blocking' must be either True or 'auto'.")
+        if self.execution not in ("auto", "cpu", "cuda"):
+            raise InvalidValueError(f"execution must be 'auto', 'cpu' or 'cuda', got {self.execution!r}")
+        if self.transport not in ("auto", "push", "put"):
+            raise InvalidValueError(f"transport must be 'auto', 'push' or 'put', got {self.transport!r}")
+        if self.logger is not None and not isinstance(self.logger, logging.Logger):
+            raise InvalidTypeError(f"logger must be a logging.Logger, got {type(self.logger).__name__}")
+
+    def fingerprint(self) -> tuple:
+        """The fields every rank must agree on (everything but the logger)."""
+        return (self.blocking, self.execution, self.transport)
+
+    @classmethod
+    def coerce(cls, options: RedistributeOptions | dict[str, Any] | None) -> RedistributeOptions:
+        if options is None:
+            return cls()
+        if isinstance(options, cls):
+            return dataclasses.replace(options)
+        if isinstance(options, dict):
+            unknown = set(options) - {f.name for f in dataclasses.fields(cls)}
+            if unknown:
+                raise InvalidValueError(f"unknown Redistribute option(s) {sorted(unknown)}; valid: "
+                                        f"{[f.name for f in dataclasses.fields(cls)]}")
+            return cls(**options)
+        raise InvalidTypeError(
+            "The Redistribute options must be provided as an object of type RedistributeOptions or as a dict with "
+            f"valid Redistribute options. The provided object is '{options}'."
+        )
