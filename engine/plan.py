@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -278,6 +279,7 @@ def make_plan(
     out_order:
         "C" or "F": every rank's result is dense in this order.
     """
+    rank, itemsize = operator.index(rank), operator.index(itemsize)  # numpy ints -> int: stable key
     nranks = len(in_boxes)
     if len(out_boxes) != nranks:
         raise ValueError(f"got {nranks} input boxes but {len(out_boxes)} output boxes")

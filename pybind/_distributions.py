@@ -93,11 +93,18 @@ class Distribution(ABC):
         return rank, nranks
 
     def _bound_shape(self, global_shape):
+        bound = getattr(self, "_global_shape", None)
         if global_shape is None:
-            global_shape = getattr(self, "_global_shape", None)
-            if global_shape is None:
+            if bound is None:
                 raise InvalidValueError("This distribution is unbound: please specify a global shape")
-        return _shape(global_shape)
+            return bound
+        g = _shape(global_shape)
+        if bound is not None and g != bound:
+            raise InvalidValueError(
+                "This distribution is already bound to a different global shape: "
+                f"provided {g}, bound to {bound}"
+            )
+        return g
 
 
 class Box(Distribution):
@@ -231,6 +238,8 @@ class Slab(Distribution):
         g = self._bound_shape(global_shape)
         if self._p >= len(g):
             raise InvalidValueError(f"{self} can't split axis {self._p} of a {len(g)}-D array of shape {g}")
+        if self._ndim is not None and self._ndim != len(g):
+            raise InvalidValueError(f"The given shape {g} doesn't have the same dimensionality as {self}")
         rank, nranks = self._check_rank(rank, nranks)
         lo, hi = [0] * len(g), list(g)
         lo[self._p], hi[self._p] = _split(g[self._p], nranks, rank)
@@ -238,6 +247,10 @@ class Slab(Distribution):
 
     def to(self, cls, /, *, ndim=None, copy=False, rank=None, global_shape=None, nranks=None):
         """Convert to ``Slab`` (set ndim), ``BlockNonCyclic`` (1-D grid) or ``Box`` (needs a global shape)."""
+        if ndim is not None and self._ndim is not None and ndim < self._ndim:
+            raise InvalidValueError(
+                f"ndim argument ({ndim}) must be >= the distribution's dimensionality ({self._ndim})"
+            )
         if cls is Slab:
             n = ndim if ndim is not None else self._ndim
             if n is not None and n <= self._p:
@@ -247,6 +260,10 @@ class Slab(Distribution):
             n = ndim if ndim is not None else self._ndim
             if n is None:
                 raise ConvertDistributionError("Can't convert Slab distribution to BlockNonCyclic: unknown dimensionality")
+            if n <= self._p:
+                raise InvalidValueError(
+                    f"ndim ({n}) must be greater than the partition dimension ({self._p})"
+                )
             _, nranks = _context_rank_nranks(0, nranks)
             grid = [1] * n
             grid[self._p] = nranks

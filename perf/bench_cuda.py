@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: Apache-2.0
+"""GPU benchmark: redist vs PyTorch+NCCL vs raw NVSHMEM put vs a local copy, one table, one run.
+
+Run one rank per GPU, e.g. on 2 GPUs::
+
+    mpiexec -n 2 python perf/bench_cuda.py --sizes 32 64 128 256 512
+    mpiexec -n 1 python perf/bench_cuda.py --sizes 32 64 128 256 512
+
+Slab.X -> Slab.Y of an n³ complex64 array. Every figure is the median over ``--reps`` timed
+repetitions of ``--iters`` back-to-back iterations (CUDA events around the repetition, after
+warm-up), i.e. per-iteration time in a non-blocking loop:
+
+* redist        -- ``Redistribute.execute()`` (persistent result, one graph launch each)
+* torch eager   -- pack (one strided copy) + ``dist.all_to_all_single`` over NCCL; for this
+                   move the received buffer already is the result, so unpack is free
+* torch graph   -- the same, captured once with ``torch.cuda.graph`` and replayed
+* nvshmem put   -- ``putmem_on_stream`` of the bytes each rank sends (+ quiet + barrier)
+* local copy    -- a device-to-device copy of the bytes one rank holds
+Also the host cost of ``execute()`` and ``reset_operand_unchecked()`` in µs.
+Prints a markdown table on rank 0 and writes it (plus JSON) to ``--out`` if given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 256, 512])
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--transport", default="auto")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    import cupy as cp
+
+    import redist
+
+    ctx = redist.get_context()
+    pg = ctx.process_group
+    comm, rank, P = pg.comm, pg.rank, pg.nranks
+    dev = ctx.device_id
+    assert dev is not None, "no GPU: redist runs CPU-only here"
+    cp.cuda.Device(dev).use()
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def timed(fn, iters=args.iters, reps=args.reps, warm=5):
+        for _ in range(warm):
+            fn()
+        stream.synchronize()
+        ts = []
+        for _ in range(reps):
+            comm.Barrier()
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(stream)
+            for _ in range(iters):
+                fn()
+            b.record(stream)
+            b.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / iters)  # µs per iteration
+        t = statistics.median(ts)
+        return max(comm.allgather(t))  # the slowest rank sets the pace
+
+    torch = dist = None
+    if not args.no_torch and P > 1:
+        import torch
+        import torch.distributed as dist
+
+        port = comm.bcast(29500 + (os.getpid() % 1000) if rank == 0 else None)
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=P,
+                                device_id=torch.device("cuda", dev))
+        tstream = torch.cuda.ExternalStream(stream.ptr)
+
+    rows = []
+    for n in args.sizes:
+        shape = (n, n, n)
+        ib, ob = redist.Slab.X.box(rank, shape), redist.Slab.Y.box(rank, shape)
+        with stream:
+            a = (cp.random.random(ib.box_shape, dtype=cp.float32)
+                 + 1j * cp.random.random(ib.box_shape, dtype=cp.float32)).astype(cp.complex64)
+            a2 = a * 2
+        stream.synchronize()
+        row = {"n": n, "P": P, "MB": n ** 3 * 8 / 1e6}
+        r = redist.Redistribute(a, redist.Slab.X, redist.Slab.Y, options={"transport": args.transport}, stream=stream)
+        r.plan(stream=stream)
+        row["redist_us"] = timed(lambda: r.execute(stream=stream))
+        # host cost: calls only (the GPU queue absorbs them), then drain
+        stream.synchronize()
+        comm.Barrier()
+        k = 200
+        t0 = time.perf_counter()
+        for _ in range(k):
+            r.execute(stream=stream)
+        t1 = time.perf_counter()
+        stream.synchronize()
+        row["execute_host_us"] = max(comm.allgather((t1 - t0) / k * 1e6))
+        t0 = time.perf_counter()
+        for i in range(k):
+            r.reset_operand_unchecked(a2 if i % 2 == 0 else a, stream=stream)
+        t1 = time.perf_counter()
+        row["rebind_host_us"] = max(comm.allgather((t1 - t0) / k * 1e6))
+        r.reset_operand_unchecked(a, stream=stream)
+        res = r.execute(stream=stream)
+        stream.synchronize()
+        # correctness of what we timed: gather the global array on every rank and compare
+        full_in = comm.allgather(cp.asnumpy(a))
+        g = np.concatenate(full_in, axis=0)
+        ok = np.array_equal(cp.asnumpy(res), g[:, ob.lower[1]:ob.upper[1], :])
+        row["ok"] = bool(comm.allreduce(int(ok), op=__import__("mpi4py").MPI.MIN))
+        r.free()
+
+        # local copy of the bytes this rank holds
+        b = cp.empty_like(a)
+        row["d2d_copy_us"] = timed(lambda: b.data.copy_from_device_async(a.data, a.nbytes, stream))
+
+        if P > 1:
+            # raw NVSHMEM put of what each rank sends (P-1 peers), + quiet + barrier, on the stream
+            import nvshmem.bindings as nb
+            import nvshmem.core as nvs
+
+            nbytes_peer = a.nbytes // P
+            src = nvs.buffer(max(a.nbytes, 1))
+            dst = nvs.buffer(max(a.nbytes, 1))
+            sptr, dptr = int(src.handle), int(dst.handle)
+
+            def put():
+                for k2 in range(1, P):
+                    pe = (rank + k2) % P
+                    nb.putmem_on_stream(dptr + rank * nbytes_peer, sptr + pe * nbytes_peer, nbytes_peer, pe, stream.ptr)
+                nb.quiet_on_stream(stream.ptr)
+                nb.barrier_all_on_stream(stream.ptr)
+
+            row["nvshmem_put_us"] = timed(put)
+            stream.synchronize()
+            comm.Barrier()
+            nvs.free(src)
+            nvs.free(dst)
+
+        if torch is not None:
+            with torch.cuda.stream(tstream):
+                x = torch.as_tensor(a, device=f"cuda:{dev}")
+                m = n // P if n % P == 0 else None
+                if m is not None:
+                    send = torch.empty((P, n // P, m, n), dtype=torch.complex64, device=x.device)
+                    recv = torch.empty_like(send)
+                    sview, rview = send.view(torch.float32), recv.view(torch.float32)
+
+                    def torch_step():
+                        send.copy_(x.view(x.shape[0], P, m, n).transpose(0, 1))  # pack
+                        dist.all_to_all_single(rview, sview)  # recv.view(n, m, n) is the Slab.Y result
+
+                    row["torch_eager_us"] = timed(torch_step)
+                    g_ = torch.cuda.CUDAGraph()
+                    torch_step()
+                    torch.cuda.synchronize()
+                    with torch.cuda.graph(g_, stream=tstream):
+                        torch_step()
+                    row["torch_graph_us"] = timed(g_.replay)
+                    del g_
+        rows.append(row)
+        if rank == 0:
+            print(json.dumps(row), flush=True)
+
+    if rank == 0:
+        cols = [("n", "n³"), ("P", "P"), ("MB", "MB"), ("redist_us", "redist µs"),
+                ("torch_eager_us", "torch eager µs"), ("torch_graph_us", "torch graph µs"),
+                ("nvshmem_put_us", "nvshmem put µs"), ("d2d_copy_us", "d2d copy µs"),
+                ("execute_host_us", "execute() host µs"), ("rebind_host_us", "rebind host µs"), ("ok", "ok")]
+        lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * len(cols)]
+        for row in rows:
+            cells = []
+            for key, _ in cols:
+                v = row.get(key, "")
+                cells.append(f"{v:.1f}" if isinstance(v, float) else str(v))
+            lines.append("| " + " | ".join(cells) + " |")
+        table = "\n".join(lines)
+        print(table, flush=True)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(table + "\n\n")
+                json.dump(rows, f, indent=1)
+    if dist is not None:
+        dist.destroy_process_group()
+    redist.finalize()
+
+
+if __name__ == "__main__":
+    main()
