@@ -100,6 +100,8 @@ def check_specs(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | 
         if msg:
             return (errors.InvalidTypeError if attr == "package" else inv), msg
     ndim = specs[0].ndim
+    if ndim < 1:
+        return inv, "operands must have at least one dimension (got 0-D arrays)"
     for s in specs:
         for which, box in (("input", s.in_box), ("output", s.out_box)):
             msg = _box_problem(s.rank, which, box, ndim)
