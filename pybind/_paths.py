@@ -96,6 +96,9 @@ class HostPath(ExecutionPath):
             ptr = obj.ptr
         self._exe.bind_input(HostBuffer(ptr, self._template.itemsize, obj))
 
+    def release_operand(self) -> None:
+        self._exe.release_input()
+
     def out_problem(self, op: Operand) -> str | None:
         p, t = self._plan, self._template
         if op.memory != "cpu":

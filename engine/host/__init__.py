@@ -3,10 +3,11 @@
 
 ``lower(plan, comm, *, logger=None, method="auto")`` -> :class:`HostExecutable` with
 ``bind_input`` / ``bind_output`` / ``execute`` / ``release_workspace`` / ``free`` / ``describe``
-and ``method``. See :mod:`.executable` for the strategies and engine/DESIGN.md for the contract.
+and ``method`` (plus ``release_input`` to drop the operand). See :mod:`.executable` for the
+strategies and engine/DESIGN.md for the contract.
 mpi4py is imported on first use (lowering), not at import.
 """
 
 from .executable import AUTO_METHOD, METHODS, HostExecutable, lower
 
-__all__ = ["lower", "HostExecutable", "METHODS", "AUTO_METHOD"]
+__all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "lower"]
