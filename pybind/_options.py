@@ -30,6 +30,9 @@ class RedistributeOptions:
         Where the exchange runs. "auto" (default): host operands on the MPI host backend, GPU
         operands on the CUDA backend. "cuda" runs host operands on the GPU through an
         engine-owned device mirror (copy in, run, copy out), as nvmath-python always does.
+    result_layout : "auto", "C" or "F"
+        Memory order of the result. "auto" (default) follows the operands (C -> C, F -> F;
+        C when every operand fits both, e.g. 1-D); "C"/"F" force it.
     transport : "auto", "push" or "put"
         CUDA backend only. "push": one fused kernel writes straight into peers' results
         through NVLink/P2P pointers; "put": pack into symmetric staging, NVSHMEM put, unpack
@@ -41,6 +44,7 @@ class RedistributeOptions:
     blocking: Literal[True, "auto"] = "auto"
     execution: Literal["auto", "cpu", "cuda"] = "auto"
     transport: Literal["auto", "push", "put"] = "auto"
+    result_layout: Literal["auto", "C", "F"] = "auto"
 
     def __post_init__(self):
         if self.blocking is not True and self.blocking != "auto":
@@ -49,12 +53,14 @@ class RedistributeOptions:
             raise InvalidValueError(f"execution must be 'auto', 'cpu' or 'cuda', got {self.execution!r}")
         if self.transport not in ("auto", "push", "put"):
             raise InvalidValueError(f"transport must be 'auto', 'push' or 'put', got {self.transport!r}")
+        if self.result_layout not in ("auto", "C", "F"):
+            raise InvalidValueError(f"result_layout must be 'auto', 'C' or 'F', got {self.result_layout!r}")
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger, got {type(self.logger).__name__}")
 
     def fingerprint(self) -> tuple:
         """The fields every rank must agree on (everything but the logger)."""
-        return (self.blocking, self.execution, self.transport)
+        return (self.blocking, self.execution, self.transport, self.result_layout)
 
     @classmethod
     def coerce(cls, options: RedistributeOptions | dict[str, Any] | None) -> RedistributeOptions:

@@ -109,6 +109,8 @@ class Redistribute:
                      shape=o[5], strides=o[6], in_box=in_boxes[r], out_box=out_boxes[r], options=f)
             for r, (_, _, _, o, f, _) in enumerate(everyone)
         ]
+        if opts.result_layout != "auto":  # a forced result order makes operand layouts irrelevant
+            specs = [dataclasses.replace(s, layouts=(opts.result_layout,)) for s in specs]
         raise_first(specs)
         for r, (_, _, _, o, _, dev) in enumerate(everyone):
             if o[1] == "cuda" and o[2] != dev:

@@ -105,15 +105,20 @@ def _resolve_device(device_id, comm) -> int | None:
         if isinstance(device_id, str) and device_id.lstrip("-").isdigit():
             device_id = int(device_id)
     explicit = device_id is not None and device_id != "cpu"
+    bad = None
     if device_id == "cpu":
         ngpus, why = 0, "device_id='cpu'"
+    elif device_id is not None and (isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0):
+        ngpus, why, bad = 0, "invalid device_id", f"device_id must be None, 'cpu' or an integer >= 0, got {device_id!r}"
     else:
-        if device_id is not None and (isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0):
-            raise InvalidValueError(f"device_id must be None, 'cpu' or an integer >= 0, got {device_id!r}")
         ngpus, why = _visible_gpus()
         if explicit and ngpus and device_id >= ngpus:
             why, ngpus = f"device_id {device_id} but only {ngpus} device(s) are visible", 0
-    answers = comm.allgather((ngpus, why))
+    answers = comm.allgather((ngpus, why, bad))  # decided on gathered data: every rank raises alike
+    for r, (_, _, b) in enumerate(answers):
+        if b is not None:
+            raise InvalidValueError(f"rank {r}: {b}")
+    answers = [(n, w) for n, w, _ in answers]
     if any(n == 0 for n, _ in answers):
         if explicit:
             r, (_, w) = next((r, a) for r, a in enumerate(answers) if a[0] == 0)

@@ -1,0 +1,405 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Python half of libredist.so: one body per C entry point, behind one exception barrier.
+
+libredist.so's start-up code (see ``_build.py``) calls :func:`install`, which attaches these
+bodies to the ``extern "Python"`` functions the C shim (``redist_shim.c``) calls. Every body
+goes through :func:`_barrier`: any exception becomes a ``redist_status_t`` (via
+``redist.engine.errors.status_of``) and its message is stored as this thread's last error.
+
+Handles are small integers (the C ``redist_t`` is that integer cast to a pointer), never
+reused, so a freed handle is told apart from a garbage one. Operands arrive as raw addresses
+and become :class:`redist.RawArray` objects; those are cached per address, so a time loop that
+alternates between a few buffers builds none on the hot path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import traceback
+
+_ffi = None
+_lib = None
+# bound by install() (after mpi4py's start-up settings): no import statements on hot paths
+redist = None
+_runtime = None
+E = None  # redist.engine.errors
+_RawArray = None
+_wrap = None
+
+#: bytes of message the C side keeps (REDIST_MSG_SIZE - 1)
+_MSG_MAX = 4095
+_MAX_NDIM = 64
+_CACHE_MAX = 16
+
+_handles: dict = {}  # id -> _Handle
+_next_id = 1
+_owns_mpi = False  # redist initialized MPI (the application had not): redist_finalize finalizes it
+_mpi_finalized = False
+
+
+class _Handle:
+    """One redist_t: the Redistribute object and how to turn addresses into RawArrays."""
+
+    __slots__ = (
+        "_ops",
+        "_outs",
+        "device_id",
+        "in_shape",
+        "in_strides",
+        "itemsize",
+        "memory",
+        "order",
+        "out_shape",
+        "r",
+    )
+
+    def __init__(self, r, op, out_shape, order):
+        self.r = r
+        self.in_shape, self.in_strides = op.shape, op.strides
+        self.out_shape = out_shape
+        self.itemsize, self.memory, self.device_id = op.itemsize, op.memory, op.device_id
+        self.order = order
+        self._ops = {op.ptr: op}
+        self._outs = {}
+
+    def operand(self, ptr: int):
+        op = self._ops.get(ptr)
+        if op is None:
+            if not ptr and math.prod(self.in_shape):
+                raise E.InvalidValueError(
+                    f"the operand is NULL but this rank's input box holds {math.prod(self.in_shape)} elements")
+            if len(self._ops) >= _CACHE_MAX:
+                self._ops.clear()
+            op = self._ops[ptr] = _raw(ptr, self.in_shape, self.in_strides, self.itemsize, self.memory,
+                                       self.device_id, self.order)
+        return op
+
+    def out(self, ptr: int):
+        """``out=`` for ``ptr``: the RawArray, made once per address (see :func:`_execute`)."""
+        pair = self._outs.get(ptr)
+        if pair is None:
+            if len(self._outs) >= _CACHE_MAX:
+                self._outs.clear()
+            raw = _raw(ptr, self.out_shape, None, self.itemsize, self.memory, self.device_id, self.order)
+            pair = self._outs[ptr] = (raw, _wrap(raw))
+        return pair
+
+
+def _raw(ptr, shape, strides, itemsize, memory, device_id, order):
+    return _RawArray(ptr, shape, strides, itemsize, memory=memory, device_id=device_id, order=order)
+
+
+# --- the barrier -----------------------------------------------------------------------------
+
+
+def _status(exc: BaseException) -> int:
+    if not isinstance(exc, E.RedistError):
+        mod = type(exc).__module__ or ""
+        if mod.startswith("mpi4py"):  # MPI.Exception: an MPI call failed
+            return E.STATUS["COMMUNICATION"]
+    return E.status_of(exc)
+
+
+def _fail(exc: BaseException, where: str) -> int:
+    try:
+        code = _status(exc)
+        msg = f"{where}: {type(exc).__name__}: {exc}"
+        if os.environ.get("REDIST_TRACEBACK"):
+            msg += "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        _lib._redist_set_last_error(msg.encode("utf-8", "replace")[:_MSG_MAX])
+        return code
+    except BaseException:  # noqa: BLE001 -- never let anything escape into C
+        return 7
+
+
+def _barrier(body, where: str):
+    """The one exception barrier: ``body``'s exceptions become a status + last-error message."""
+
+    def entry(*args):
+        try:
+            return body(*args)
+        except BaseException as exc:  # noqa: BLE001 -- C callers get a status, never an exception
+            return _fail(exc, where)
+
+    entry.__name__ = entry.__qualname__ = where
+    return entry
+
+
+def _onerror(exc_type, exc, tb):
+    # cffi's own backstop (an exception inside the barrier or while converting the result)
+    if exc is not None:
+        _fail(exc, "redist")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _mpi():
+    from mpi4py import MPI
+
+    return MPI
+
+
+def _lookup(hid: int) -> _Handle:
+    h = _handles.get(hid)
+    if h is None:
+        if hid == 0:
+            raise E.InvalidValueError("the redist_t handle is NULL")
+        if 0 < hid < _next_id:
+            raise E.InvalidStateError(f"redist_t handle {hid} has been freed (use after redist_free or redist_finalize)")
+        raise E.InvalidValueError(f"{hid:#x} is not a redist_t handle (uninitialized variable?)")
+    return h
+
+
+def _unpack(ptr, ndim, what):
+    if not ptr:
+        raise ValueError(f"{what} is NULL")
+    return tuple(int(v) for v in _ffi.unpack(ptr, ndim))
+
+
+# --- the entry points (bodies; names follow the C functions) -----------------------------------
+
+
+def _initialize(fortran_comm, device_id):
+    global _owns_mpi
+    if _mpi_finalized:
+        raise E.InvalidStateError(
+            "redist_finalize() finalized MPI (redist had initialized it), so redist cannot start again; "
+            "call MPI_Init in the application to initialize and finalize redist several times"
+        )
+    if _runtime.is_initialized():
+        raise E.InvalidStateError("redist is already initialized; call redist_finalize() first")
+    if device_id == -1:
+        dev = None
+    elif device_id == -2:
+        dev = "cpu"
+    elif device_id >= 0:
+        dev = int(device_id)
+    else:
+        raise E.InvalidValueError(
+            f"device_id must be a CUDA device ordinal, REDIST_DEVICE_AUTO (-1) or REDIST_DEVICE_NONE (-2), got {device_id}"
+        )
+    MPI = _mpi()
+    if MPI.Is_finalized():
+        raise E.InvalidStateError("MPI has already been finalized")
+    if not MPI.Is_initialized():
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)
+        _owns_mpi = True
+    if fortran_comm == -1:
+        comm = MPI.COMM_WORLD
+    else:
+        comm = MPI.Comm.f2py(int(fortran_comm))
+        if comm == MPI.COMM_NULL:
+            raise E.InvalidValueError("fortran_comm is MPI_COMM_NULL")
+        if comm.Is_inter():
+            raise E.InvalidValueError("fortran_comm is an inter-communicator; redist needs an intra-communicator")
+    _runtime.initialize(device_id=dev, communicator=comm)
+    return 0
+
+
+def _finalize():
+    global _mpi_finalized
+    try:
+        if _runtime.is_initialized():
+            # free our handles in creation order (the same on every rank), then the runtime
+            for hid in sorted(_handles):
+                _handles.pop(hid).r.free()
+            _runtime.finalize()
+    finally:
+        _handles.clear()
+        if _owns_mpi and not _mpi_finalized:
+            MPI = _mpi()
+            if not MPI.Is_finalized():
+                MPI.Finalize()
+            _mpi_finalized = True
+    return 0
+
+
+def _comm_rank(rank_p, nranks_p):
+    if not _runtime.is_initialized():
+        raise E.NotInitializedError("call redist_initialize() first")
+    pg = _runtime.get_context().process_group
+    if rank_p:
+        rank_p[0] = pg.rank
+    if nranks_p:
+        nranks_p[0] = pg.nranks
+    return 0
+
+
+def _create(handle_p, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_size, order, memory,
+            operand):
+    global _next_id
+    if not _runtime.is_initialized():
+        raise E.NotInitializedError("call redist_initialize() before redist_create()")
+    ctx = _runtime.get_context()
+    pg = ctx.process_group
+    # Decode locally, then agree: a bad argument on one rank fails redist_create on every rank.
+    problem = op = None
+    try:
+        if not handle_p:
+            raise ValueError("handle (the redist_t * out-argument) is NULL")
+        if not 1 <= ndim <= _MAX_NDIM:
+            why = " (redist_create_f passes -1 when its bound arrays differ in size)" if ndim == -1 else ""
+            raise ValueError(f"ndim must be in 1..{_MAX_NDIM}, got {ndim}{why}")
+        lo, hi = _unpack(in_lower, ndim, "in_lower"), _unpack(in_upper, ndim, "in_upper")
+        olo, ohi = _unpack(out_lower, ndim, "out_lower"), _unpack(out_upper, ndim, "out_upper")
+        strides = _unpack(in_strides, ndim, "in_strides") if in_strides else None
+        if element_size <= 0:
+            raise ValueError(f"element_size must be positive, got {element_size}")
+        if order not in (0, 1):
+            raise ValueError(f"order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {order}")
+        if memory not in (0, 1):
+            raise ValueError(f"memory must be REDIST_MEMORY_HOST (0) or REDIST_MEMORY_DEVICE (1), got {memory}")
+        shape = tuple(h - l for l, h in zip(lo, hi))
+        nelem = math.prod(max(0, n) for n in shape)
+        if nelem and not operand:
+            raise ValueError(f"operand is NULL but the input box holds {nelem} elements")
+        ordc = "CF"[order]
+        op = _raw(operand, shape, strides, element_size, ("cpu", "cuda")[memory],
+                  ctx.device_id if memory == 1 else None, ordc)
+    except Exception as e:  # noqa: BLE001 -- raised on every rank below
+        problem = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)
+    everyone = pg.allgather((problem, None if problem else (order, memory)))
+    for r, (p, _) in enumerate(everyone):
+        if p is not None:
+            raise E.InvalidValueError(f"rank {r}: {p}")
+    kinds = {k for _, k in everyone}
+    if len(kinds) > 1:
+        raise E.InvalidValueError(
+            "order and memory must be the same on every rank; got (order, memory) = "
+            + ", ".join(f"rank {r}: {k}" for r, (_, k) in enumerate(everyone))
+        )
+    # The result is dense in the order the C caller names, whatever the operand strides suggest.
+    r = redist.Redistribute(op, (lo, hi), (olo, ohi), options={"result_layout": ordc})
+    try:
+        hid = _next_id
+        _next_id += 1
+        _handles[hid] = _Handle(r, op, tuple(h - l for l, h in zip(olo, ohi)), ordc)
+    except BaseException:
+        r.free()
+        raise
+    handle_p[0] = hid
+    return 0
+
+
+def _plan(hid, stream):
+    h = _handles.get(hid) or _lookup(hid)
+    h.r.plan(stream=stream or None)
+    return 0
+
+
+def _execute(hid, stream, out, result_p):
+    h = _handles.get(hid) or _lookup(hid)
+    r = h.r
+    if not out:
+        res = r.execute(stream=stream or None)
+    else:
+        pair = h._outs.get(out) or h.out(out)
+        if h.memory == "cpu" and getattr(r, "_last_out", pair) is not pair:
+            _trust_host_out(r, pair)
+        res = r.execute(stream=stream or None, out=pair[0])
+    result_p[0] = res.ptr
+    return 0
+
+
+def _trust_host_out(r, pair) -> None:
+    """Skip Redistribute's collective ``out=`` check for host memory.
+
+    The C layer builds ``out=`` itself (the output box's shape, dense in the handle's order),
+    so the check cannot fail, and for host memory nothing must agree across ranks. Without
+    this, a rank whose output box is empty and that passes out=NULL (engine-owned result)
+    while the others pass a buffer would leave them waiting in the check's allgather.
+    Checked locally once per address. (Uses Redistribute's cache of the last checked out=.)
+    """
+    last = getattr(r, "_last_out", False)
+    if last is False or (last is not None and last[0] is pair[0]):
+        return
+    path = getattr(r, "_path", None)
+    if path is None:
+        return  # not planned (or freed): execute() raises the right error
+    problem = path.out_problem(pair[1])
+    if problem is not None:
+        raise E.InvalidValueError(f"out= {problem}")
+    r._last_out = pair
+
+
+def _reset_operand(hid, operand):
+    h = _handles.get(hid) or _lookup(hid)
+    problem = op = None
+    try:
+        op = h.operand(operand)
+    except Exception as e:  # noqa: BLE001 -- raised on every rank below
+        problem = str(e)
+    # collective like the rest of reset_operand's checks: a NULL on one rank fails every rank
+    for r, p in enumerate(_runtime.get_context().process_group.allgather(problem)):
+        if p is not None:
+            raise E.InvalidValueError(f"rank {r}: {p}")
+    h.r.reset_operand(op)
+    return 0
+
+
+def _reset_operand_unchecked(hid, operand):
+    h = _handles.get(hid) or _lookup(hid)
+    h.r.reset_operand_unchecked(h.operand(operand))
+    return 0
+
+
+def _release_operand(hid):
+    h = _handles.get(hid) or _lookup(hid)
+    h.r.release_operand()
+    return 0
+
+
+def _free(hid):
+    h = _handles.get(hid) or _lookup(hid)
+    del _handles[hid]
+    h.r.free()
+    return 0
+
+
+def _graph(hid, stream, graph_p):
+    h = _handles.get(hid) or _lookup(hid)
+    graph_p[0] = int(h.r.graph(stream=stream or None))
+    return 0
+
+
+_BODIES = {
+    "_redist_py_initialize": _initialize,
+    "_redist_py_finalize": _finalize,
+    "_redist_py_comm_rank": _comm_rank,
+    "_redist_py_create": _create,
+    "_redist_py_plan": _plan,
+    "_redist_py_execute": _execute,
+    "_redist_py_reset_operand": _reset_operand,
+    "_redist_py_reset_operand_unchecked": _reset_operand_unchecked,
+    "_redist_py_release_operand": _release_operand,
+    "_redist_py_free": _free,
+    "_redist_py_graph": _graph,
+}
+
+
+def install(ffi, lib) -> None:
+    """Attach every body to its ``extern "Python"`` function (libredist.so start-up code)."""
+    global _ffi, _lib
+    _ffi, _lib = ffi, lib
+    if lib._redist_started_python() and "mpi4py.MPI" not in sys.modules:
+        # A C/Fortran process: redist decides when MPI starts (redist_initialize) and ends
+        # (redist_finalize), and the application may have initialized MPI itself already.
+        import mpi4py
+
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = False
+    # fail at start-up (REDIST_ERROR_PYTHON_INIT), not at the first call
+    global redist, _runtime, E, _RawArray, _wrap
+    import redist as _redist
+    from redist import _runtime as _rt
+    from redist._operands import RawArray, wrap
+    from redist.engine import errors
+
+    redist, _runtime, E, _RawArray, _wrap = _redist, _rt, errors, RawArray, wrap
+
+    for name, body in _BODIES.items():
+        where = "redist_" + name[len("_redist_py_"):]
+        ffi.def_extern(name=name, error=7, onerror=_onerror)(_barrier(body, where))

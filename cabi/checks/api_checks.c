@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * api_checks.c: the C API's error paths and corner cases, run by tests/test_cabi.py under
+ * mpiexec (any number of processes). Exits 0 and prints "rank r/n: K checks passed" when all
+ * pass. Usage: api_checks [EXPECTED_VERSION]
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redist.h"
+
+static int rank = 0, nranks = 1, nchecks = 0, nfail = 0;
+
+static void expect(redist_status_t got, redist_status_t want, const char *contains, const char *what, int line)
+{
+    const char *msg = redist_get_last_error();
+    nchecks++;
+    if (got != want || (want != REDIST_SUCCESS && contains != NULL && strstr(msg, contains) == NULL)) {
+        nfail++;
+        fprintf(stderr, "rank %d: line %d: %s\n  returned %d, expected %d%s%s%s\n  last error: %s\n", rank, line,
+                what, (int)got, (int)want, contains ? " with a message containing \"" : "",
+                contains ? contains : "", contains ? "\"" : "", msg);
+    }
+}
+#define EXPECT(call, want, contains) expect((call), (want), (contains), #call, __LINE__)
+
+static void truth(int cond, const char *what, int line)
+{
+    nchecks++;
+    if (!cond) {
+        nfail++;
+        fprintf(stderr, "rank %d: line %d: not true: %s\n", rank, line, what);
+    }
+}
+#define TRUE(cond) truth((cond), #cond, __LINE__)
+
+static void split(int64_t n, int p, int r, int64_t *lo, int64_t *hi)
+{
+    int64_t q = n / p, rem = n % p;
+    *lo = r * q + (r < rem ? r : rem);
+    *hi = *lo + q + (r < rem ? 1 : 0);
+}
+
+/* In a new thread: its last error starts empty, and its failures do not touch the caller's. */
+static void *thread_last_error(void *arg)
+{
+    char *seen = arg; /* [2][256] */
+    snprintf(seen, 256, "%s", redist_get_last_error());
+    redist_execute((redist_t)0, NULL, NULL, NULL);
+    snprintf(seen + 256, 256, "%s", redist_get_last_error());
+    return NULL;
+}
+
+enum { M = 9, N = 7 }; /* global M x N, rows split -> columns split */
+
+/* Element (i, j) of the global array. */
+static double val(int64_t i, int64_t j, double base) { return base + (double)(i * N + j); }
+
+int main(int argc, char **argv)
+{
+    int64_t lo[2] = {0, 0}, hi[2] = {0, N}, olo[2] = {0, 0}, ohi[2] = {M, 0};
+    redist_t h = NULL, h2 = NULL, hs = NULL;
+    void *res = NULL, *g = NULL;
+    char want[64];
+
+    /* --- no Python needed ------------------------------------------------------------------- */
+    TRUE(strstr(redist_get_error_string(REDIST_SUCCESS), "SUCCESS") != NULL);
+    TRUE(strstr(redist_get_error_string(REDIST_ERROR_INVALID_VALUE), "INVALID_VALUE") != NULL);
+    TRUE(strstr(redist_get_error_string(REDIST_ERROR_INVALID_STATE), "INVALID_STATE") != NULL);
+    TRUE(strstr(redist_get_error_string(REDIST_ERROR_NOT_INITIALIZED), "NOT_INITIALIZED") != NULL);
+    TRUE(strstr(redist_get_error_string(REDIST_ERROR_NOT_SUPPORTED), "NOT_SUPPORTED") != NULL);
+    TRUE(strstr(redist_get_error_string(REDIST_ERROR_CUDA), "CUDA") != NULL);
+    TRUE(strstr(redist_get_error_string(REDIST_ERROR_COMMUNICATION), "COMMUNICATION") != NULL);
+    TRUE(strstr(redist_get_error_string(REDIST_ERROR_INTERNAL), "INTERNAL") != NULL);
+    TRUE(strstr(redist_get_error_string(REDIST_ERROR_PYTHON_INIT), "PYTHON_INIT") != NULL);
+    TRUE(strstr(redist_get_error_string((redist_status_t)99), "unknown") != NULL);
+    TRUE(strcmp(redist_get_last_error(), "") == 0);
+    TRUE(argc < 2 || strcmp(redist_version(), argv[1]) == 0);
+
+    /* --- before redist_initialize ----------------------------------------------------------- */
+    EXPECT(redist_comm_rank(&rank, &nranks), REDIST_ERROR_NOT_INITIALIZED, "redist_initialize");
+    EXPECT(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, NULL),
+           REDIST_ERROR_NOT_INITIALIZED, "redist_initialize");
+    TRUE(h == NULL);
+    EXPECT(redist_finalize(), REDIST_SUCCESS, NULL); /* no-op */
+    EXPECT(redist_initialize(REDIST_COMM_WORLD, -7), REDIST_ERROR_INVALID_VALUE, "device_id");
+
+    /* --- initialize ----------------------------------------------------------------------------- */
+    EXPECT(redist_initialize(REDIST_COMM_WORLD, REDIST_DEVICE_NONE), REDIST_SUCCESS, NULL);
+    EXPECT(redist_initialize(REDIST_COMM_WORLD, REDIST_DEVICE_NONE), REDIST_ERROR_INVALID_STATE, "already");
+    EXPECT(redist_comm_rank(&rank, &nranks), REDIST_SUCCESS, NULL);
+    EXPECT(redist_comm_rank(NULL, NULL), REDIST_SUCCESS, NULL);
+
+    split(M, nranks, rank, &lo[0], &hi[0]);
+    split(N, nranks, rank, &olo[1], &ohi[1]);
+    int64_t am = hi[0] - lo[0], bn = ohi[1] - olo[1];
+    double *a = malloc((am * N + 1) * sizeof(double)), *a2 = malloc((am * N + 1) * sizeof(double));
+    double *out = malloc((M * bn + 1) * sizeof(double));
+    for (int64_t i = 0; i < am; i++)
+        for (int64_t j = 0; j < N; j++) {
+            a[i * N + j] = val(lo[0] + i, j, 0.0);
+            a2[i * N + j] = val(lo[0] + i, j, 1000.0);
+        }
+
+    /* --- collective errors: a problem on the last rank fails every rank, naming it ------------ */
+    snprintf(want, sizeof want, "rank %d", nranks - 1);
+    {
+        int64_t badlo[2] = {lo[0], lo[1]};
+        if (rank == nranks - 1)
+            badlo[0] = -1; /* negative coordinates: invalid */
+        h = (redist_t)0x1;
+        EXPECT(redist_create(&h, 2, badlo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a),
+               REDIST_ERROR_INVALID_VALUE, want);
+        TRUE(h == NULL);
+        if (rank == 0)
+            printf("bad box on rank %d -> rank 0 got: %s\n", nranks - 1, redist_get_last_error());
+    }
+    EXPECT(redist_create(&h, 2, lo, rank == nranks - 1 ? NULL : hi, NULL, olo, ohi, 8, REDIST_ORDER_C,
+                         REDIST_MEMORY_HOST, a),
+           REDIST_ERROR_INVALID_VALUE, want);
+    if (rank == 0)
+        printf("NULL in_upper on rank %d -> rank 0 got: %s\n", nranks - 1, redist_get_last_error());
+    EXPECT(redist_create(&h, 2, lo, hi, NULL, olo, ohi, rank == nranks - 1 ? 0 : 8, REDIST_ORDER_C,
+                         REDIST_MEMORY_HOST, a),
+           REDIST_ERROR_INVALID_VALUE, want);
+    if (nranks > 1)
+        EXPECT(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, rank == nranks - 1 ? REDIST_ORDER_F : REDIST_ORDER_C,
+                             REDIST_MEMORY_HOST, a),
+               REDIST_ERROR_INVALID_VALUE, "same on every rank");
+    EXPECT(redist_create(NULL, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a),
+           REDIST_ERROR_INVALID_VALUE, "NULL");
+    EXPECT(redist_create(&h, 0, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a),
+           REDIST_ERROR_INVALID_VALUE, "ndim");
+    EXPECT(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, (redist_order_t)5, REDIST_MEMORY_HOST, a),
+           REDIST_ERROR_INVALID_VALUE, "order");
+
+    /* device memory, but redist runs CPU-only (REDIST_DEVICE_NONE): every rank is told */
+    EXPECT(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_DEVICE, a),
+           REDIST_ERROR_NOT_INITIALIZED, "GPU");
+
+    /* --- the state machine ---------------------------------------------------------------------- */
+    EXPECT(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a), REDIST_SUCCESS,
+           NULL);
+    TRUE(h != NULL);
+    res = (void *)0x1;
+    EXPECT(redist_execute(h, NULL, NULL, &res), REDIST_ERROR_INVALID_STATE, "plan");
+    if (rank == 0)
+        printf("execute before plan: %s\n", redist_get_last_error());
+    TRUE(res == NULL);
+    EXPECT(redist_plan(h, NULL), REDIST_SUCCESS, NULL);
+    EXPECT(redist_execute(h, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+    {
+        long bad = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < bn; j++)
+                bad += ((double *)res)[i * bn + j] != val(i, olo[1] + j, 0.0);
+        TRUE(bad == 0);
+    }
+    EXPECT(redist_execute(h, NULL, NULL, NULL), REDIST_SUCCESS, NULL); /* result may be NULL */
+    EXPECT(redist_graph(h, NULL, &g), REDIST_ERROR_NOT_SUPPORTED, "CUDA");
+    TRUE(g == NULL);
+
+    /* the last error survives successful calls, and is per thread */
+    EXPECT(redist_comm_rank(&rank, &nranks), REDIST_SUCCESS, NULL);
+    TRUE(strstr(redist_get_last_error(), "CUDA") != NULL);
+    {
+        char seen[2][256];
+        pthread_t t;
+        pthread_create(&t, NULL, thread_last_error, seen);
+        pthread_join(t, NULL);
+        TRUE(strcmp(seen[0], "") == 0);
+        TRUE(strstr(seen[1], "NULL") != NULL);
+        TRUE(strstr(redist_get_last_error(), "CUDA") != NULL);
+    }
+
+    EXPECT(redist_release_operand(h), REDIST_SUCCESS, NULL);
+    EXPECT(redist_execute(h, NULL, NULL, &res), REDIST_ERROR_INVALID_STATE, "released");
+    /* a NULL operand for a non-empty box (every box is, up to M = 9 ranks) on the last rank */
+    EXPECT(redist_reset_operand(h, rank == nranks - 1 ? NULL : a2), REDIST_ERROR_INVALID_VALUE, want);
+    EXPECT(redist_reset_operand_unchecked(h, NULL), REDIST_ERROR_INVALID_VALUE, "NULL"); /* local */
+    EXPECT(redist_reset_operand(h, a2), REDIST_SUCCESS, NULL);
+    EXPECT(redist_execute(h, NULL, out, &res), REDIST_SUCCESS, NULL);
+    TRUE(res == out);
+    {
+        long bad = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < bn; j++)
+                bad += out[i * bn + j] != val(i, olo[1] + j, 1000.0);
+        TRUE(bad == 0);
+    }
+    EXPECT(redist_reset_operand_unchecked(h, a), REDIST_SUCCESS, NULL);
+    EXPECT(redist_execute(h, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+    TRUE(((double *)res)[0] == val(0, olo[1], 0.0) || bn == 0);
+
+    /* --- a strided operand (one ghost cell around each side) and a column-major result ------ */
+    {
+        int64_t ld = N + 2, st[2] = {ld, 1};
+        double *pad = calloc((am + 2) * ld, sizeof(double)), *f;
+        for (int64_t i = 0; i < am; i++)
+            for (int64_t j = 0; j < N; j++)
+                pad[(i + 1) * ld + (j + 1)] = val(lo[0] + i, j, 0.0);
+        EXPECT(redist_create(&hs, 2, lo, hi, st, olo, ohi, 8, REDIST_ORDER_F, REDIST_MEMORY_HOST, pad + ld + 1),
+               REDIST_SUCCESS, NULL);
+        EXPECT(redist_plan(hs, NULL), REDIST_SUCCESS, NULL);
+        EXPECT(redist_execute(hs, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+        f = res;
+        long bad = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < bn; j++)
+                bad += f[i + j * M] != val(i, olo[1] + j, 0.0); /* column-major */
+        TRUE(bad == 0);
+        EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+        free(pad);
+    }
+
+    /* --- one row per rank: the operand fits C and F alike; the result must still be F ---------- */
+    {
+        int64_t rlo[2] = {rank, 0}, rhi[2] = {rank + 1, 5}, clo[2] = {0, 0}, chi[2] = {nranks, 0};
+        double row[5], *f;
+        long bad = 0;
+        split(5, nranks, rank, &clo[1], &chi[1]);
+        for (int j = 0; j < 5; j++)
+            row[j] = 10.0 * rank + j;
+        EXPECT(redist_create(&hs, 2, rlo, rhi, NULL, clo, chi, 8, REDIST_ORDER_F, REDIST_MEMORY_HOST, row),
+               REDIST_SUCCESS, NULL);
+        EXPECT(redist_plan(hs, NULL), REDIST_SUCCESS, NULL);
+        EXPECT(redist_execute(hs, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+        f = res;
+        for (int64_t j = clo[1]; j < chi[1]; j++)
+            for (int64_t i = 0; i < nranks; i++)
+                bad += f[i + (j - clo[1]) * nranks] != 10.0 * i + j; /* column-major nranks x (chi-clo) */
+        TRUE(bad == 0);
+        EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+    }
+
+    /* --- use after free, bad handles -------------------------------------------------------------- */
+    EXPECT(redist_free(h), REDIST_SUCCESS, NULL);
+    EXPECT(redist_execute(h, NULL, NULL, &res), REDIST_ERROR_INVALID_STATE, "freed");
+    if (rank == 0)
+        printf("execute after free: %s\n", redist_get_last_error());
+    EXPECT(redist_plan(h, NULL), REDIST_ERROR_INVALID_STATE, "freed");
+    EXPECT(redist_reset_operand_unchecked(h, a), REDIST_ERROR_INVALID_STATE, "freed");
+    EXPECT(redist_free(h), REDIST_ERROR_INVALID_STATE, "freed");
+    EXPECT(redist_execute((redist_t)0x7654321, NULL, NULL, &res), REDIST_ERROR_INVALID_VALUE, "not a redist_t");
+    EXPECT(redist_plan(NULL, NULL), REDIST_ERROR_INVALID_VALUE, "NULL");
+
+    /* --- finalize frees live handles; redist started MPI, so it cannot start again ----------- */
+    EXPECT(redist_create(&h2, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a), REDIST_SUCCESS,
+           NULL);
+    EXPECT(redist_plan(h2, NULL), REDIST_SUCCESS, NULL);
+    EXPECT(redist_finalize(), REDIST_SUCCESS, NULL);
+    EXPECT(redist_execute(h2, NULL, NULL, &res), REDIST_ERROR_INVALID_STATE, "freed");
+    EXPECT(redist_comm_rank(&rank, &nranks), REDIST_ERROR_NOT_INITIALIZED, "redist_initialize");
+    EXPECT(redist_initialize(REDIST_COMM_WORLD, REDIST_DEVICE_NONE), REDIST_ERROR_INVALID_STATE, "MPI");
+    EXPECT(redist_finalize(), REDIST_SUCCESS, NULL);
+
+    free(a);
+    free(a2);
+    free(out);
+    if (nfail) {
+        printf("rank %d/%d: %d of %d checks FAILED\n", rank, nranks, nfail, nchecks);
+        return 1;
+    }
+    printf("rank %d/%d: %d checks passed\n", rank, nranks, nchecks);
+    return 0;
+}

@@ -1,0 +1,286 @@
+! SPDX-License-Identifier: Apache-2.0
+!> redist for Fortran: redistribute a distributed N-D array across MPI processes.
+!>
+!> Standard Fortran 2008 + ISO_C_BINDING over the C API of redist.h (libredist.so); compiles
+!> with gfortran, flang, ifx and nvfortran.
+!>
+!> * Every function returns its status (an integer(c_int32_t), 0 = REDIST_SUCCESS) as its
+!>   result; there is no global error variable. redist_last_error_message() gives the detailed
+!>   message of the last failure as a Fortran string.
+!> * The bind(C) interfaces have the C names and follow the C prototypes exactly: C boxes are
+!>   0-based and half-open. redist_create_f() is the Fortran-native way to create a handle:
+!>   1-based inclusive bounds, column-major (order F) arrays.
+!> * The MPI communicator is an integer Fortran handle (the `mpi` module's integer, or
+!>   `comm%MPI_VAL` with mpi_f08), or REDIST_COMM_WORLD. If MPI is not initialized yet,
+!>   redist_initialize() initializes it and redist_finalize() finalizes it, so a program
+!>   without an MPI module can use REDIST_COMM_WORLD and redist_comm_rank().
+!> * Collective functions (initialize, finalize, create, plan, execute, reset_operand, free)
+!>   are called by every process; their errors are reported on every process.
+!>
+!> Example (a 3-D array split along its first axis, re-split along its second axis):
+!>
+!>     use redist
+!>     type(redist_t) :: h
+!>     real(c_double), allocatable, target :: u(:,:,:)     ! this process's box, column-major
+!>     type(c_ptr) :: res
+!>     ierr = redist_initialize(REDIST_COMM_WORLD, REDIST_DEVICE_NONE)
+!>     ierr = redist_create_f(h, [x0, 1_8, 1_8], [x1, ny, nz], [1_8, y0, 1_8], [nx, y1, nz], &
+!>                            8_c_int64_t, REDIST_MEMORY_HOST, c_loc(u))
+!>     ierr = redist_plan(h, c_null_ptr)
+!>     ierr = redist_execute(h, c_null_ptr, c_null_ptr, res)   ! res: engine-owned result
+!>     call c_f_pointer(res, v, [nx, y1 - y0 + 1, nz])
+module redist
+  use, intrinsic :: iso_c_binding, only: c_associated, c_char, c_f_pointer, c_int, c_int32_t, c_int64_t, &
+                                         c_loc, c_null_ptr, c_ptr, c_size_t
+  implicit none
+  private
+
+  !> Opaque handle of one redistribution (C: redist_t). Starts out null.
+  type, bind(C), public :: redist_t
+    type(c_ptr) :: handle = c_null_ptr
+  end type redist_t
+
+  ! redist_status_t
+  integer(c_int), parameter, public :: REDIST_SUCCESS = 0                 !< success
+  integer(c_int), parameter, public :: REDIST_ERROR_INVALID_VALUE = 1     !< bad argument (boxes, sizes, handle)
+  integer(c_int), parameter, public :: REDIST_ERROR_INVALID_STATE = 2     !< wrong call order (execute before plan...)
+  integer(c_int), parameter, public :: REDIST_ERROR_NOT_INITIALIZED = 3   !< redist_initialize() not called
+  integer(c_int), parameter, public :: REDIST_ERROR_NOT_SUPPORTED = 4     !< not supported here
+  integer(c_int), parameter, public :: REDIST_ERROR_CUDA = 5              !< CUDA / NVRTC / NVSHMEM failure
+  integer(c_int), parameter, public :: REDIST_ERROR_COMMUNICATION = 6     !< MPI / NVSHMEM communication failure
+  integer(c_int), parameter, public :: REDIST_ERROR_INTERNAL = 7          !< bug in redist
+  integer(c_int), parameter, public :: REDIST_ERROR_PYTHON_INIT = 8       !< embedded Python could not start
+  ! redist_order_t
+  integer(c_int), parameter, public :: REDIST_ORDER_C = 0                 !< row-major
+  integer(c_int), parameter, public :: REDIST_ORDER_F = 1                 !< column-major (Fortran)
+  ! redist_memory_t
+  integer(c_int), parameter, public :: REDIST_MEMORY_HOST = 0             !< host memory (MPI)
+  integer(c_int), parameter, public :: REDIST_MEMORY_DEVICE = 1           !< CUDA device memory (NVSHMEM)
+  ! redist_initialize() arguments
+  integer(c_int32_t), parameter, public :: REDIST_COMM_WORLD = -1         !< use MPI_COMM_WORLD
+  integer(c_int32_t), parameter, public :: REDIST_DEVICE_AUTO = -1        !< local rank modulo visible GPUs
+  integer(c_int32_t), parameter, public :: REDIST_DEVICE_NONE = -2        !< never touch a GPU
+
+  public :: redist_initialize, redist_finalize, redist_comm_rank, redist_create, redist_plan, redist_execute
+  public :: redist_reset_operand, redist_reset_operand_unchecked, redist_release_operand, redist_free
+  public :: redist_graph, redist_get_error_string, redist_get_last_error, redist_version
+  public :: redist_create_f, redist_string, redist_last_error_message, redist_error_message
+
+  ! The C API, one interface per function of redist.h. A C argument passed by value is `value`
+  ! here; the handle, a struct holding one pointer, is passed exactly like C's redist_t.
+  interface
+    !> Collective. fortran_comm: integer MPI handle or REDIST_COMM_WORLD; device_id: ordinal,
+    !> REDIST_DEVICE_AUTO or REDIST_DEVICE_NONE.
+    function redist_initialize(fortran_comm, device_id) bind(C, name="redist_initialize") result(status)
+      import :: c_int32_t
+      integer(c_int32_t), value :: fortran_comm
+      integer(c_int32_t), value :: device_id
+      integer(c_int32_t) :: status
+    end function redist_initialize
+
+    !> Collective. Frees every live handle, then shuts redist down (and MPI, if redist started it).
+    function redist_finalize() bind(C, name="redist_finalize") result(status)
+      import :: c_int32_t
+      integer(c_int32_t) :: status
+    end function redist_finalize
+
+    !> This process's rank (0-based) and the number of processes in redist's communicator.
+    function redist_comm_rank(rank, nranks) bind(C, name="redist_comm_rank") result(status)
+      import :: c_int32_t
+      integer(c_int32_t), intent(out) :: rank
+      integer(c_int32_t), intent(out) :: nranks
+      integer(c_int32_t) :: status
+    end function redist_comm_rank
+
+    !> Collective. C conventions: 0-based, half-open boxes [lower, upper); in_strides is
+    !> c_null_ptr (dense in `order`) or c_loc of an integer(c_int64_t) array of element strides.
+    !> Prefer redist_create_f from Fortran.
+    function redist_create(handle, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_size, &
+                           order, memory, operand) bind(C, name="redist_create") result(status)
+      import :: redist_t, c_int, c_int32_t, c_int64_t, c_ptr
+      type(redist_t), intent(out) :: handle
+      integer(c_int32_t), value :: ndim
+      integer(c_int64_t), intent(in) :: in_lower(*)
+      integer(c_int64_t), intent(in) :: in_upper(*)
+      type(c_ptr), value :: in_strides
+      integer(c_int64_t), intent(in) :: out_lower(*)
+      integer(c_int64_t), intent(in) :: out_upper(*)
+      integer(c_int64_t), value :: element_size
+      integer(c_int), value :: order
+      integer(c_int), value :: memory
+      type(c_ptr), value :: operand
+      integer(c_int32_t) :: status
+    end function redist_create
+
+    !> Collective. stream: a cudaStream_t (device execution) or c_null_ptr.
+    function redist_plan(handle, stream) bind(C, name="redist_plan") result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: stream
+      integer(c_int32_t) :: status
+    end function redist_plan
+
+    !> Collective. out = c_null_ptr: result is the engine-owned result (valid until the next
+    !> execute or free); otherwise the result is written to out and result = out.
+    function redist_execute(handle, stream, out, result) bind(C, name="redist_execute") result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: stream
+      type(c_ptr), value :: out
+      type(c_ptr), intent(out) :: result
+      integer(c_int32_t) :: status
+    end function redist_execute
+
+    !> Collective: a new operand of the same shape, strides and memory, checked on every process.
+    function redist_reset_operand(handle, operand) bind(C, name="redist_reset_operand") result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: operand
+      integer(c_int32_t) :: status
+    end function redist_reset_operand
+
+    !> A new operand, no checks (the caller guarantees it matches): the time-loop hot path.
+    function redist_reset_operand_unchecked(handle, operand) bind(C, name="redist_reset_operand_unchecked") &
+        result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: operand
+      integer(c_int32_t) :: status
+    end function redist_reset_operand_unchecked
+
+    !> Drop redist's reference to the operand (set a new one before the next execute).
+    function redist_release_operand(handle) bind(C, name="redist_release_operand") result(status)
+      import :: redist_t, c_int32_t
+      type(redist_t), value :: handle
+      integer(c_int32_t) :: status
+    end function redist_release_operand
+
+    !> Collective. Any later use of the handle returns REDIST_ERROR_INVALID_STATE.
+    function redist_free(handle) bind(C, name="redist_free") result(status)
+      import :: redist_t, c_int32_t
+      type(redist_t), value :: handle
+      integer(c_int32_t) :: status
+    end function redist_free
+
+    !> The CUgraph executed on stream (device execution), for a child-graph node.
+    function redist_graph(handle, stream, cuda_graph) bind(C, name="redist_graph") result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: stream
+      type(c_ptr), intent(out) :: cuda_graph
+      integer(c_int32_t) :: status
+    end function redist_graph
+
+    !> Static C text for a status (see redist_error_message for a Fortran string).
+    function redist_get_error_string(status) bind(C, name="redist_get_error_string") result(str)
+      import :: c_int32_t, c_ptr
+      integer(c_int32_t), value :: status
+      type(c_ptr) :: str
+    end function redist_get_error_string
+
+    !> C text of this thread's last failure (see redist_last_error_message for a Fortran string).
+    function redist_get_last_error() bind(C, name="redist_get_last_error") result(str)
+      import :: c_ptr
+      type(c_ptr) :: str
+    end function redist_get_last_error
+
+    !> C text of the redist version, e.g. "0.1.0" (redist_string(redist_version()) in Fortran).
+    function redist_version() bind(C, name="redist_version") result(str)
+      import :: c_ptr
+      type(c_ptr) :: str
+    end function redist_version
+  end interface
+
+  interface
+    function redist_c_strlen(s) bind(C, name="strlen") result(n)
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: s
+      integer(c_size_t) :: n
+    end function redist_c_strlen
+  end interface
+
+contains
+
+  !> Collective. Create a handle with Fortran conventions: this process holds elements
+  !> in_lbound(d) <= i(d) <= in_ubound(d) (1-based, inclusive, global indices) of a
+  !> column-major array and receives out_lbound..out_ubound. An empty box has ubound = lbound - 1.
+  !> operand: c_loc(array) (c_null_ptr for an empty box). in_strides (optional): element
+  !> strides of a non-contiguous operand (a section with ghost cells, say); dense by default.
+  !> The result is dense column-major.
+  function redist_create_f(handle, in_lbound, in_ubound, out_lbound, out_ubound, element_size, memory, operand, &
+                           in_strides) result(status)
+    type(redist_t), intent(out) :: handle
+    integer(c_int64_t), intent(in) :: in_lbound(:)
+    integer(c_int64_t), intent(in) :: in_ubound(:)
+    integer(c_int64_t), intent(in) :: out_lbound(:)
+    integer(c_int64_t), intent(in) :: out_ubound(:)
+    integer(c_int64_t), intent(in) :: element_size
+    integer(c_int), intent(in) :: memory
+    type(c_ptr), intent(in) :: operand
+    integer(c_int64_t), intent(in), optional :: in_strides(:)
+    integer(c_int32_t) :: status
+    integer(c_int64_t), allocatable, target :: lo(:), hi(:), olo(:), ohi(:), st(:)
+    type(c_ptr) :: stp
+    integer(c_int32_t) :: ndim
+    logical :: same
+
+    ndim = int(size(in_lbound), c_int32_t)
+    same = size(in_ubound) == ndim .and. size(out_lbound) == ndim .and. size(out_ubound) == ndim
+    if (present(in_strides)) then
+      if (size(in_strides) /= ndim) same = .false.
+    end if
+    if (.not. same) then
+      ! Still call the collective: ndim = -1 makes redist_create fail on every process (a
+      ! local return here would leave the other processes waiting).
+      allocate(lo(1), hi(1))
+      lo = 0
+      hi = 0
+      status = redist_create(handle, -1_c_int32_t, lo, hi, c_null_ptr, lo, hi, element_size, REDIST_ORDER_F, &
+                             memory, operand)
+      return
+    end if
+    lo = in_lbound - 1_c_int64_t   ! 1-based inclusive -> 0-based half-open
+    hi = in_ubound
+    olo = out_lbound - 1_c_int64_t
+    ohi = out_ubound
+    stp = c_null_ptr
+    if (present(in_strides)) then
+      st = in_strides
+      stp = c_loc(st)
+    end if
+    status = redist_create(handle, ndim, lo, hi, stp, olo, ohi, element_size, REDIST_ORDER_F, memory, operand)
+  end function redist_create_f
+
+  !> A C string (const char *) as a Fortran string ("" for a null pointer).
+  function redist_string(cstr) result(str)
+    type(c_ptr), intent(in) :: cstr
+    character(len=:), allocatable :: str
+    character(kind=c_char), pointer :: chars(:)
+    integer :: n, i
+
+    if (.not. c_associated(cstr)) then
+      str = ""
+      return
+    end if
+    n = int(redist_c_strlen(cstr))
+    call c_f_pointer(cstr, chars, [n])
+    allocate(character(len=n) :: str)
+    do i = 1, n
+      str(i:i) = chars(i)
+    end do
+  end function redist_string
+
+  !> The detailed message of this thread's last failure, as a Fortran string.
+  function redist_last_error_message() result(str)
+    character(len=:), allocatable :: str
+    str = redist_string(redist_get_last_error())
+  end function redist_last_error_message
+
+  !> The static description of a status, as a Fortran string.
+  function redist_error_message(status) result(str)
+    integer(c_int32_t), intent(in) :: status
+    character(len=:), allocatable :: str
+    str = redist_string(redist_get_error_string(status))
+  end function redist_error_message
+
+end module redist

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file redist.h
+ * @brief C API of redist: redistribute a distributed N-D array across MPI processes.
+ *
+ * Every process holds one box of a global N-D array. A redist handle changes which box each
+ * process holds (slab along X -> slab along Y, pencils, arbitrary boxes): plan once, execute
+ * many times, rebind the operand cheaply between executions.
+ *
+ * Conventions
+ * -----------
+ *  - Every function returns a ::redist_status_t; 0 (::REDIST_SUCCESS) means success. On
+ *    failure, redist_get_last_error() gives a detailed message (per thread).
+ *  - Boxes are 0-based and half-open, in global coordinates: process p holds the elements
+ *    `lower[d] <= i[d] < upper[d]`. Its local shape is `upper - lower`; `lower == upper` on an
+ *    axis means it holds nothing. (The Fortran module takes 1-based inclusive bounds.)
+ *  - Strides are in elements, not bytes.
+ *  - "Collective" functions must be called by every process of the communicator given to
+ *    redist_initialize(), in the same order. Errors of collective functions are collective
+ *    too: a problem on any process (a bad box, say) is reported on every process, with the
+ *    same status and a message that names the process. Errors found before any
+ *    communication (a NULL or freed handle) are local.
+ *  - The library embeds CPython (cffi): the first call starts the Python environment that
+ *    `python -m redist.cabi build` ran in, whatever PATH says (REDIST_PYTHON=/path/to/python
+ *    overrides it; PYTHONHOME and PYTHONPATH are honoured). If that environment cannot start,
+ *    every function that needs it returns ::REDIST_ERROR_PYTHON_INIT (never a silent 0, never
+ *    an abort), and redist_get_last_error() says why.
+ *  - MPI: the application and redist must use the same MPI library (with the `mpich` wheel:
+ *    compile with its `mpicc`). If MPI is not initialized when redist_initialize() is called,
+ *    redist initializes it (MPI_THREAD_MULTIPLE) and redist_finalize() finalizes it.
+ *  - Calls from several threads are serialized (one Python interpreter).
+ */
+#ifndef REDIST_H
+#define REDIST_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Opaque handle of one redistribution (one input box -> one output box per process). */
+typedef struct redist_s *redist_t;
+
+/** Status codes. Keep in sync with redist.engine.errors.STATUS. */
+typedef enum {
+    REDIST_SUCCESS = 0,               /**< success */
+    REDIST_ERROR_INVALID_VALUE = 1,   /**< a bad argument: boxes, sizes, NULL pointers, bad handle */
+    REDIST_ERROR_INVALID_STATE = 2,   /**< wrong call order: execute before plan, use after free... */
+    REDIST_ERROR_NOT_INITIALIZED = 3, /**< redist_initialize() was not called (or a runtime is down) */
+    REDIST_ERROR_NOT_SUPPORTED = 4,   /**< valid, but not supported by this build or machine */
+    REDIST_ERROR_CUDA = 5,            /**< a CUDA driver, NVRTC or NVSHMEM call failed */
+    REDIST_ERROR_COMMUNICATION = 6,   /**< an MPI or NVSHMEM communication step failed */
+    REDIST_ERROR_INTERNAL = 7,        /**< a bug in redist: please report the message */
+    REDIST_ERROR_PYTHON_INIT = 8      /**< the embedded Python environment could not start */
+} redist_status_t;
+
+/** Memory order of dense operands and of the result. */
+typedef enum {
+    REDIST_ORDER_C = 0, /**< row-major: the last index varies fastest */
+    REDIST_ORDER_F = 1  /**< column-major: the first index varies fastest (Fortran) */
+} redist_order_t;
+
+/** Where the operand (and the result) live. */
+typedef enum {
+    REDIST_MEMORY_HOST = 0,  /**< host memory: exchanged over MPI */
+    REDIST_MEMORY_DEVICE = 1 /**< CUDA device memory of redist's device: NVSHMEM + CUDA graphs */
+} redist_memory_t;
+
+/** redist_initialize(): use MPI_COMM_WORLD (initializing MPI if the application did not). */
+#define REDIST_COMM_WORLD (-1)
+/** redist_initialize(): local rank modulo visible GPUs; CPU only when some rank has none. */
+#define REDIST_DEVICE_AUTO (-1)
+/** redist_initialize(): never touch a GPU (host memory only). */
+#define REDIST_DEVICE_NONE (-2)
+
+/**
+ * @brief Start redist on a communicator. Collective.
+ *
+ * @param fortran_comm  the communicator as a Fortran handle: `MPI_Comm_c2f(comm)` in C,
+ *                      the integer handle in Fortran, or ::REDIST_COMM_WORLD.
+ * @param device_id     a CUDA device ordinal, ::REDIST_DEVICE_AUTO or ::REDIST_DEVICE_NONE.
+ * @return ::REDIST_ERROR_INVALID_STATE if redist is already initialized;
+ *         ::REDIST_ERROR_PYTHON_INIT if the embedded Python cannot start.
+ */
+redist_status_t redist_initialize(int32_t fortran_comm, int32_t device_id);
+
+/**
+ * @brief Free every live handle (in creation order), then shut redist down. Collective.
+ * A no-op when redist is not initialized. If redist initialized MPI, MPI is finalized here
+ * (so redist cannot be initialized again); if the application initialized MPI, it may call
+ * redist_initialize() again, and calls MPI_Finalize() itself after redist_finalize().
+ */
+redist_status_t redist_finalize(void);
+
+/**
+ * @brief This process's rank and the number of processes in redist's communicator.
+ * @param rank    out: 0 <= rank < nranks (may be NULL)
+ * @param nranks  out: size of the communicator (may be NULL)
+ */
+redist_status_t redist_comm_rank(int32_t *rank, int32_t *nranks);
+
+/**
+ * @brief Describe one redistribution. Collective.
+ *
+ * @param handle        out: the new handle (NULL on failure).
+ * @param ndim          number of dimensions (1..64), the same on every process.
+ * @param in_lower      [ndim] this process's input box, lower corner (inclusive).
+ * @param in_upper      [ndim] this process's input box, upper corner (exclusive).
+ * @param in_strides    [ndim] element strides of the operand, or NULL: dense in `order`.
+ * @param out_lower     [ndim] the box this process receives, lower corner (inclusive).
+ * @param out_upper     [ndim] the box this process receives, upper corner (exclusive).
+ * @param element_size  bytes per element (any positive size: 1, 4, 8, 16, structs...).
+ * @param order         order of the result (dense), and of the operand when in_strides is NULL.
+ * @param memory        where operand and result live (device: redist's CUDA device).
+ * @param operand       this process's input data (may be NULL when its box is empty). It must
+ *                      stay valid until replaced (redist_reset_operand...) or released.
+ *
+ * The input boxes must tile one global box without overlap, and so must the output boxes;
+ * every problem is reported on every process (::REDIST_ERROR_INVALID_VALUE).
+ */
+redist_status_t redist_create(redist_t *handle, int32_t ndim,
+                              const int64_t *in_lower, const int64_t *in_upper,
+                              const int64_t *in_strides,
+                              const int64_t *out_lower, const int64_t *out_upper,
+                              int64_t element_size, redist_order_t order, redist_memory_t memory,
+                              void *operand);
+
+/**
+ * @brief Build the transfer plan and lower it (host: MPI; device: CUDA graph). Collective.
+ * @param stream  cudaStream_t for device execution, or NULL (the default stream / host).
+ */
+redist_status_t redist_plan(redist_t handle, void *stream);
+
+/**
+ * @brief Redistribute the current operand. Collective.
+ *
+ * @param stream  cudaStream_t (device execution) or NULL. Host execution blocks until done;
+ *                device execution returns once the graph is launched on `stream`.
+ * @param out     NULL: write the engine-owned result and return it in *result; it stays
+ *                valid until the next redist_execute() or redist_free() of this handle.
+ *                Non-NULL: write there instead (dense in `order`, the output box's shape;
+ *                device memory: a symmetric (NVSHMEM) allocation, the same on every process).
+ * @param result  out: the result's address (`out` when given); may be NULL.
+ * @return ::REDIST_ERROR_INVALID_STATE before redist_plan(), after redist_release_operand()
+ *         (until a new operand is set) and after redist_free().
+ */
+redist_status_t redist_execute(redist_t handle, void *stream, void *out, void **result);
+
+/**
+ * @brief Replace the operand by another buffer of the same shape, strides and memory.
+ * Collective: the new operand is checked on every process.
+ */
+redist_status_t redist_reset_operand(redist_t handle, void *operand);
+
+/**
+ * @brief Replace the operand with no checks (the hot path of a time loop). Local.
+ * The caller guarantees the new buffer matches the old one (shape, strides, memory).
+ */
+redist_status_t redist_reset_operand_unchecked(redist_t handle, void *operand);
+
+/** @brief Drop redist's reference to the operand; set a new one before the next execute. */
+redist_status_t redist_release_operand(redist_t handle);
+
+/**
+ * @brief Release everything the handle owns, including the engine-owned result. Collective.
+ * Any later use of the handle returns ::REDIST_ERROR_INVALID_STATE (a second free too).
+ */
+redist_status_t redist_free(redist_t handle);
+
+/**
+ * @brief The CUDA graph (`CUgraph`) redist executes on `stream`, for use as a child-graph node
+ * (cudaGraphAddChildGraphNode). Device execution only (::REDIST_ERROR_NOT_SUPPORTED otherwise).
+ * The graph belongs to the handle; it is valid until redist_free().
+ */
+redist_status_t redist_graph(redist_t handle, void *stream, void **cuda_graph);
+
+/** @brief Static text describing a status code ("unknown status" for others). */
+const char *redist_get_error_string(redist_status_t status);
+
+/**
+ * @brief The detailed message of this thread's last failed call ("" if none yet).
+ * Not cleared by successful calls. The text stays valid until this thread's next failure.
+ */
+const char *redist_get_last_error(void);
+
+/** @brief The redist version the library was built from, e.g. "0.1.0". */
+const char *redist_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REDIST_H */

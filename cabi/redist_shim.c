@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The C half of libredist.so. cffi pastes this file into the module it generates (see
+ * _build.py), after Python.h and cffi's embedding support, and after the build-time values:
+ *
+ *   REDIST_BAKED_EXECUTABLE  the Python that ran `python -m redist.cabi build` (a venv's
+ *                            bin/python is kept as is, not resolved: that is how the venv is found)
+ *   REDIST_BAKED_VERSION     redist.__version__
+ *   REDIST_BAKED_PYVERSION   "3.11"
+ *
+ * Why C at all: cffi's generated entry points return 0 (= REDIST_SUCCESS) when the embedded
+ * interpreter fails to start. Every exported function here checks start-up first and returns
+ * REDIST_ERROR_PYTHON_INIT instead, then calls its `extern "Python"` twin (_entry.py), whose
+ * one exception barrier turns every Python exception into a status and a last-error message.
+ * Start-up itself goes through PyConfig (not Py_InitializeEx), so a broken environment is a
+ * status, not an abort, and the baked interpreter path is used whatever PATH says.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "redist.h"
+
+#define REDIST_MSG_SIZE 4096
+
+/* The detailed message of this thread's last failure (redist_get_last_error). */
+static __thread char redist_last_error[REDIST_MSG_SIZE];
+/* Why start-up failed (written once, under redist_start_lock). */
+static char redist_init_error[REDIST_MSG_SIZE];
+/* 0: not started, 1: ready, -1: failed for good. */
+static int redist_py_state = 0;
+/* 1 when this library started the interpreter (a C/Fortran application), 0 when it was
+   already running (the library was loaded into a Python process, e.g. for tests). */
+static int redist_embedded = 0;
+static pthread_mutex_t redist_start_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* --- helpers called from Python (declared in the cdef of _build.py) --------------------- */
+
+static void _redist_set_last_error(const char *msg)
+{
+    snprintf(redist_last_error, sizeof redist_last_error, "%s", msg ? msg : "");
+}
+
+static void _redist_set_init_error(const char *msg)
+{
+    snprintf(redist_init_error, sizeof redist_init_error, "%s", msg ? msg : "");
+}
+
+static int _redist_started_python(void)
+{
+    return redist_embedded;
+}
+
+/* --- the Python side (extern "Python" in the cdef; bodies in _entry.py) ----------------- */
+
+static int32_t _redist_py_initialize(int32_t, int32_t);
+static int32_t _redist_py_finalize(void);
+static int32_t _redist_py_comm_rank(int32_t *, int32_t *);
+static int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int64_t *, const int64_t *,
+                                 const int64_t *, const int64_t *, int64_t, int32_t, int32_t, uintptr_t);
+static int32_t _redist_py_plan(intptr_t, uintptr_t);
+static int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, uintptr_t *);
+static int32_t _redist_py_reset_operand(intptr_t, uintptr_t);
+static int32_t _redist_py_reset_operand_unchecked(intptr_t, uintptr_t);
+static int32_t _redist_py_release_operand(intptr_t);
+static int32_t _redist_py_free(intptr_t);
+static int32_t _redist_py_graph(intptr_t, uintptr_t, uintptr_t *);
+
+/* --- start-up ----------------------------------------------------------------------------- */
+
+static void redist_init_errorf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(redist_init_error, sizeof redist_init_error, fmt, ap);
+    va_end(ap);
+}
+
+/* The pending Python exception as "Type: message", then cleared. Needs the GIL. */
+static void redist_format_py_error(char *buf, size_t n)
+{
+    PyObject *type = NULL, *value = NULL, *tb = NULL, *text = NULL;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL)
+        text = PyObject_Str(value);
+    snprintf(buf, n, "%s: %s", type ? ((PyTypeObject *)type)->tp_name : "error",
+             text && PyUnicode_Check(text) ? PyUnicode_AsUTF8(text) : "?");
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_Clear();
+}
+
+/* repr(sys.<name>) into buf. Needs the GIL. */
+static void redist_sys_repr(const char *name, char *buf, size_t n)
+{
+    PyObject *obj = PySys_GetObject(name); /* borrowed */
+    PyObject *r = obj ? PyObject_Repr(obj) : NULL;
+    snprintf(buf, n, "%s", r && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : "?");
+    Py_XDECREF(r);
+    PyErr_Clear();
+}
+
+/* Start the interpreter of the environment the library was built in. 0 or -1. */
+static int redist_boot_interpreter(void)
+{
+    const char *exe = getenv("REDIST_PYTHON");
+    const char *home = getenv("PYTHONHOME");
+    int from_env = exe != NULL && exe[0] != '\0';
+    PyConfig config;
+    PyStatus status;
+
+    if (!from_env)
+        exe = REDIST_BAKED_EXECUTABLE;
+    if (access(exe, X_OK) != 0 && !(home != NULL && home[0] != '\0')) {
+        redist_init_errorf(
+            "cannot start the embedded Python: %s%s is gone (%s). libredist.so runs the Python "
+            "environment it was built in; rebuild it (python -m redist.cabi build) from a Python "
+            "%s environment with redist installed, or set REDIST_PYTHON to such a python executable",
+            from_env ? "REDIST_PYTHON=" : "the interpreter libredist.so was built with, ", exe,
+            strerror(errno), REDIST_BAKED_PYVERSION);
+        return -1;
+    }
+
+    PyConfig_InitPythonConfig(&config); /* still honours PYTHONHOME, PYTHONPATH... */
+    config.install_signal_handlers = 0; /* the application owns signals (as Py_InitializeEx(0)) */
+    config.parse_argv = 0;
+    /* The executable path is what locates a venv (its pyvenv.cfg) and the stdlib. */
+    status = PyConfig_SetBytesString(&config, &config.executable, exe);
+    if (!PyStatus_Exception(status))
+        status = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(status)) {
+        if (PyStatus_IsExit(status))
+            redist_init_errorf("cannot start the embedded Python (%s): it asked to exit with code %d", exe,
+                               status.exitcode);
+        else
+            redist_init_errorf("cannot start the embedded Python (%s, PYTHONHOME=%s): %s%s%s", exe,
+                               home ? home : "(unset)", status.func ? status.func : "",
+                               status.func ? ": " : "", status.err_msg ? status.err_msg : "unknown error");
+        return -1;
+    }
+    redist_embedded = 1;
+
+    /* cffi imports _cffi_backend first and only prints why it failed: look for ourselves. */
+    {
+        PyObject *mod = PyImport_ImportModule("_cffi_backend");
+        int ok = mod != NULL;
+        Py_XDECREF(mod);
+        if (!ok) {
+            char err[1024], prefix[1024], path[2048];
+            redist_format_py_error(err, sizeof err);
+            redist_sys_repr("prefix", prefix, sizeof prefix);
+            redist_sys_repr("path", path, sizeof path);
+            redist_init_errorf("the embedded Python (%s) started but cannot import cffi's backend (%s); "
+                               "sys.prefix=%s, sys.path=%s",
+                               exe, err, prefix, path);
+        }
+        PyEval_SaveThread(); /* release the GIL: cffi takes it per call */
+        return ok ? 0 : -1;
+    }
+}
+
+static int redist_start_python_slow(void)
+{
+    int state;
+    pthread_mutex_lock(&redist_start_lock);
+    if (redist_py_state == 0) {
+        int rc = 0;
+        if (!Py_IsInitialized())
+            rc = redist_boot_interpreter();
+        if (rc == 0 && cffi_start_python() != 0) {
+            rc = -1;
+            if (redist_init_error[0] == '\0')
+                redist_init_errorf("the embedded Python started, but redist's start-up code failed "
+                                   "(its traceback was printed on stderr)");
+        }
+        __atomic_store_n(&redist_py_state, rc == 0 ? 1 : -1, __ATOMIC_RELEASE);
+    }
+    state = redist_py_state;
+    pthread_mutex_unlock(&redist_start_lock);
+    if (state != 1)
+        _redist_set_last_error(redist_init_error);
+    return state == 1 ? 0 : -1;
+}
+
+#define REDIST_ENSURE_PYTHON()                                                                  \
+    do {                                                                                        \
+        if (__builtin_expect(__atomic_load_n(&redist_py_state, __ATOMIC_ACQUIRE) != 1, 0) &&  \
+            redist_start_python_slow() != 0)                                                    \
+            return REDIST_ERROR_PYTHON_INIT;                                                    \
+    } while (0)
+
+/* --- the C API ------------------------------------------------------------------------------ */
+
+CFFI_DLLEXPORT redist_status_t redist_initialize(int32_t fortran_comm, int32_t device_id)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_initialize(fortran_comm, device_id);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_finalize(void)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_finalize();
+}
+
+CFFI_DLLEXPORT redist_status_t redist_comm_rank(int32_t *rank, int32_t *nranks)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_comm_rank(rank, nranks);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_create(redist_t *handle, int32_t ndim, const int64_t *in_lower,
+                                             const int64_t *in_upper, const int64_t *in_strides,
+                                             const int64_t *out_lower, const int64_t *out_upper,
+                                             int64_t element_size, redist_order_t order,
+                                             redist_memory_t memory, void *operand)
+{
+    intptr_t h = 0;
+    int32_t st;
+    if (handle != NULL)
+        *handle = NULL;
+    REDIST_ENSURE_PYTHON();
+    st = _redist_py_create(handle != NULL ? &h : NULL, ndim, in_lower, in_upper, in_strides, out_lower,
+                           out_upper, element_size, (int32_t)order, (int32_t)memory, (uintptr_t)operand);
+    if (handle != NULL && st == REDIST_SUCCESS)
+        *handle = (redist_t)h;
+    return (redist_status_t)st;
+}
+
+CFFI_DLLEXPORT redist_status_t redist_plan(redist_t handle, void *stream)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_plan((intptr_t)handle, (uintptr_t)stream);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_execute(redist_t handle, void *stream, void *out, void **result)
+{
+    uintptr_t res = 0;
+    int32_t st;
+    REDIST_ENSURE_PYTHON();
+    st = _redist_py_execute((intptr_t)handle, (uintptr_t)stream, (uintptr_t)out, &res);
+    if (result != NULL)
+        *result = st == REDIST_SUCCESS ? (void *)res : NULL;
+    return (redist_status_t)st;
+}
+
+CFFI_DLLEXPORT redist_status_t redist_reset_operand(redist_t handle, void *operand)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_reset_operand((intptr_t)handle, (uintptr_t)operand);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_reset_operand_unchecked(redist_t handle, void *operand)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_reset_operand_unchecked((intptr_t)handle, (uintptr_t)operand);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_release_operand(redist_t handle)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_release_operand((intptr_t)handle);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_free(redist_t handle)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_free((intptr_t)handle);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_graph(redist_t handle, void *stream, void **cuda_graph)
+{
+    uintptr_t g = 0;
+    int32_t st;
+    REDIST_ENSURE_PYTHON();
+    st = _redist_py_graph((intptr_t)handle, (uintptr_t)stream, &g);
+    if (cuda_graph != NULL)
+        *cuda_graph = st == REDIST_SUCCESS ? (void *)g : NULL;
+    return (redist_status_t)st;
+}
+
+/* No Python needed below: these work even when start-up failed. */
+
+CFFI_DLLEXPORT const char *redist_get_error_string(redist_status_t status)
+{
+    switch (status) {
+    case REDIST_SUCCESS: return "REDIST_SUCCESS: success";
+    case REDIST_ERROR_INVALID_VALUE: return "REDIST_ERROR_INVALID_VALUE: an argument has an invalid value";
+    case REDIST_ERROR_INVALID_STATE: return "REDIST_ERROR_INVALID_STATE: the call is not allowed in this state";
+    case REDIST_ERROR_NOT_INITIALIZED: return "REDIST_ERROR_NOT_INITIALIZED: redist (or a runtime it needs) is not initialized";
+    case REDIST_ERROR_NOT_SUPPORTED: return "REDIST_ERROR_NOT_SUPPORTED: not supported by this build or machine";
+    case REDIST_ERROR_CUDA: return "REDIST_ERROR_CUDA: a CUDA, NVRTC or NVSHMEM call failed";
+    case REDIST_ERROR_COMMUNICATION: return "REDIST_ERROR_COMMUNICATION: an MPI or NVSHMEM communication failed";
+    case REDIST_ERROR_INTERNAL: return "REDIST_ERROR_INTERNAL: internal error in redist";
+    case REDIST_ERROR_PYTHON_INIT: return "REDIST_ERROR_PYTHON_INIT: the embedded Python environment could not start";
+    }
+    return "unknown redist status";
+}
+
+CFFI_DLLEXPORT const char *redist_get_last_error(void)
+{
+    return redist_last_error;
+}
+
+CFFI_DLLEXPORT const char *redist_version(void)
+{
+    return REDIST_BAKED_VERSION;
+}
