@@ -1,0 +1,281 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The copy kernel: source, NVRTC compilation (cubin for the device's arch), segment tables.
+
+Nothing here needs a GPU: :func:`compile_family` runs NVRTC only (CI compiles every variant for
+sm_90 with no device), :func:`pack_table` builds the device-side segment table as bytes, and
+:func:`emulate` replays a table on host memory exactly as the kernel walks it (index maths,
+magic-number divisions and all), which is how CI checks lowering without a GPU.
+
+A *family* is one NVRTC program: the kernel template of ``copy.cu`` instantiated for one run
+length (``run_bytes``; 0 = read from the table) and one number of outer dimensions (``nout``),
+for every vector width V in {1, 2, 4, 8, 16} that divides the run length. The element size is
+not a template parameter: everything is bytes, and it only shows through V and the run length.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import threading
+
+import numpy as np
+
+__all__ = [
+    "BLOCK",
+    "ILP",
+    "MAXD",
+    "SEG_DTYPE",
+    "SEG_LIMIT",
+    "VEC_WIDTHS",
+    "compile_family",
+    "emulate",
+    "family_source",
+    "family_widths",
+    "fast_divmod_params",
+    "kernel_name",
+    "pack_table",
+]
+
+MAXD = 8  # outer dimensions a segment may have (REDIST_MAXD)
+BLOCK = 256  # threads per block (REDIST_BLOCK)
+ILP = 4  # vectors in flight per thread (REDIST_ILP)
+VEC_WIDTHS = (16, 8, 4, 2, 1)
+#: Largest segment (bytes): unit indices must stay below 2^31 for the magic-number divisions.
+SEG_LIMIT = (1 << 31) - 1
+
+SEG_DTYPE = np.dtype(
+    [
+        ("src", "<u8"),
+        ("dst", "<u8"),
+        ("src_mask", "<u8"),
+        ("dst_mask", "<u8"),
+        ("bytes", "<u8"),
+        ("row_bytes", "<u4"),
+        ("nouter", "<u4"),
+        ("blk_begin", "<u4"),
+        ("blk_count", "<u4"),
+        ("run_mul", "<u4", (5,)),
+        ("run_shr", "<u4", (5,)),
+        ("ext", "<u4", (MAXD,)),
+        ("ext_mul", "<u4", (MAXD,)),
+        ("ext_shr", "<u4", (MAXD,)),
+        ("sstride", "<i8", (MAXD,)),
+        ("dstride", "<i8", (MAXD,)),
+    ]
+)
+assert SEG_DTYPE.itemsize == 320, SEG_DTYPE.itemsize  # static_assert(sizeof(Seg) == 320) in copy.cu
+
+ALL_ONES = (1 << 64) - 1
+
+
+def fast_divmod_params(d: int) -> tuple[int, int]:
+    """(mul, shr) such that ``n // d == (n * mul) >> 32 >> shr`` for 0 <= n < 2^31 (mul 0: d == 1)."""
+    d = int(d)
+    if not 1 <= d < (1 << 31):
+        raise ValueError(f"divisor {d} out of range [1, 2^31)")
+    if d == 1:
+        return 0, 0
+    log2 = (d - 1).bit_length()  # ceil(log2(d))
+    p = 31 + log2
+    mul = ((1 << p) + d - 1) // d
+    assert mul < (1 << 32)
+    return mul, p - 32
+
+
+def kernel_name(run_bytes: int, nout: int, vec: int) -> str:
+    return f"redist_copy_r{run_bytes}_n{nout}_v{vec}"
+
+
+def family_widths(run_bytes: int) -> tuple[int, ...]:
+    """Vector widths a family is compiled for: all of them, or those dividing the fixed run length."""
+    return tuple(v for v in VEC_WIDTHS if run_bytes == 0 or run_bytes % v == 0)
+
+
+@functools.cache
+def _template() -> str:
+    with open(os.path.join(os.path.dirname(__file__), "copy.cu")) as f:
+        return f.read()
+
+
+def family_source(run_bytes: int, nout: int) -> str:
+    """copy.cu plus the ``extern "C"`` wrappers of one family."""
+    if not 0 <= nout <= MAXD:
+        raise ValueError(f"nout must be in [0, {MAXD}], got {nout}")
+    lines = [_template(), "", f"// family run_bytes={run_bytes} nout={nout}"]
+    for v in family_widths(run_bytes):
+        lines.append(
+            f'extern "C" __global__ void __launch_bounds__(REDIST_BLOCK) {kernel_name(run_bytes, nout, v)}('
+            f"const char* in_base, i64 out_delta, const Seg* table, int nsegs) "
+            f"{{ copy_segments<{v}, {v.bit_length() - 1}, {run_bytes}u, {nout}>(in_base, out_delta, table, nsegs); }}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+_compile_lock = threading.Lock()
+_compiled: dict[tuple, object] = {}
+
+
+def compile_family(run_bytes: int, nout: int, arch: str = "90"):
+    """NVRTC-compile one family to a cubin for ``sm_<arch>``; cached per process. Returns ObjectCode.
+
+    Cubin, not PTX: PTX from an NVRTC newer than the driver would not load.
+    """
+    arch = str(arch).removeprefix("sm_")
+    src = family_source(run_bytes, nout)
+    key = (arch, hashlib.sha256(src.encode()).hexdigest())
+    with _compile_lock:
+        obj = _compiled.get(key)
+        if obj is not None:
+            return obj
+        from cuda.core import Program, ProgramOptions
+
+        from ..errors import CudaError
+
+        opts = ProgramOptions(arch=f"sm_{arch}", std="c++17", name=f"redist_copy_r{run_bytes}_n{nout}.cu")
+        try:
+            obj = Program(src, "c++", opts).compile("cubin")
+        except Exception as e:
+            raise CudaError(
+                f"NVRTC failed to compile the redist copy kernel (run_bytes={run_bytes}, nout={nout}, "
+                f"sm_{arch}): {e}"
+            ) from e
+        _compiled[key] = obj
+        return obj
+
+
+def pack_table(rows: list[dict]) -> np.ndarray:
+    """The device segment table (SEG_DTYPE records) from plain dicts.
+
+    Each dict: src, dst (ints), src_rel, dst_rel (bools), bytes, row_bytes, outer (extents,
+    outermost first), sstride, dstride (byte strides), blk_begin, blk_count.
+    """
+    tab = np.zeros(len(rows), dtype=SEG_DTYPE)
+    for i, r in enumerate(rows):
+        t = tab[i]
+        t["src"] = r["src"] & ALL_ONES
+        t["dst"] = r["dst"] & ALL_ONES
+        t["src_mask"] = ALL_ONES if r["src_rel"] else 0
+        t["dst_mask"] = ALL_ONES if r["dst_rel"] else 0
+        t["bytes"] = r["bytes"]
+        t["row_bytes"] = r["row_bytes"]
+        outer = tuple(r["outer"])
+        n = len(outer)
+        if n > MAXD:
+            raise ValueError(f"segment has {n} outer dimensions, at most {MAXD} supported")
+        t["nouter"] = n
+        t["blk_begin"] = r["blk_begin"]
+        t["blk_count"] = r["blk_count"]
+        for lv in range(5):
+            v = 1 << lv
+            if r["row_bytes"] % v == 0:
+                t["run_mul"][lv], t["run_shr"][lv] = fast_divmod_params(r["row_bytes"] // v)
+        ext = [1] * (MAXD - n) + list(outer)
+        ss = [0] * (MAXD - n) + list(r["sstride"])
+        ds = [0] * (MAXD - n) + list(r["dstride"])
+        for k in range(MAXD):
+            t["ext"][k] = ext[k]
+            t["ext_mul"][k], t["ext_shr"][k] = fast_divmod_params(ext[k])
+            t["sstride"][k] = ss[k]
+            t["dstride"][k] = ds[k]
+    return tab
+
+
+def _fdiv(n: np.ndarray, mul: int, shr: int) -> np.ndarray:
+    if mul == 0:
+        return n
+    return ((n.astype(np.uint64) * np.uint64(mul)) >> np.uint64(32 + shr)).astype(np.uint64)
+
+
+def emulate(
+    table: np.ndarray,
+    *,
+    vec: int,
+    run_bytes: int,
+    nout: int,
+    grid: int,
+    in_base: int,
+    out_delta: int,
+    load,
+    store,
+) -> None:
+    """Run the kernel's addressing on the host, the way copy.cu does (vectorised per segment).
+
+    ``load(addresses, vec) -> uint8[n, vec]`` and ``store(addresses, data)`` model memory.
+    Checks what the kernel relies on: every block maps to a segment, units stay below 2^31,
+    alignment to ``vec``; raises AssertionError otherwise.
+    """
+    nsegs = len(table)
+    lv = vec.bit_length() - 1
+    covered = np.zeros(grid, dtype=bool)
+    for s in range(nsegs):
+        sg = table[s]
+        b0, nb = int(sg["blk_begin"]), int(sg["blk_count"])
+        assert nb >= 1 and b0 + nb <= grid, (b0, nb, grid)
+        assert not covered[b0 : b0 + nb].any(), "two segments share a block"
+        covered[b0 : b0 + nb] = True
+        if s + 1 < nsegs:
+            assert int(table[s + 1]["blk_begin"]) == b0 + nb, "segments must own consecutive block ranges"
+        mask = int(sg["src_mask"])
+        src0 = (int(sg["src"]) + (in_base & mask)) & ALL_ONES
+        dst0 = (int(sg["dst"]) + (out_delta & int(sg["dst_mask"]))) & ALL_ONES
+        nbytes = int(sg["bytes"])
+        assert nbytes % vec == 0
+        units = nbytes >> lv
+        assert units < (1 << 31)
+        if units == 0:
+            continue
+        g = np.arange(units, dtype=np.uint64)
+        rb = int(sg["row_bytes"])
+        assert rb % vec == 0
+        if nout == 0:
+            row, u = np.zeros_like(g), g
+        else:
+            ru = (run_bytes if run_bytes else rb) // vec
+            if run_bytes:
+                assert run_bytes == rb, "fixed run length differs from the segment's"
+                row = g // np.uint64(ru)
+            else:
+                row = _fdiv(g, int(sg["run_mul"][lv]), int(sg["run_shr"][lv]))
+            u = g - row * np.uint64(ru)
+        so = np.zeros(units, dtype=np.int64)
+        do = np.zeros(units, dtype=np.int64)
+        r = row
+        for k in range(nout - 1, 0, -1):
+            kk = MAXD - nout + k
+            e = int(sg["ext"][kk])
+            q = _fdiv(r, int(sg["ext_mul"][kk]), int(sg["ext_shr"][kk]))
+            assert np.array_equal(q, r // np.uint64(e)), "magic division disagrees"
+            idx = (r - q * np.uint64(e)).astype(np.int64)
+            so += idx * int(sg["sstride"][kk])
+            do += idx * int(sg["dstride"][kk])
+            r = q
+        if nout >= 1:
+            kk = MAXD - nout
+            # leading padding dimensions are (extent 1, stride 0); unused ones must stay at 0
+            so += r.astype(np.int64) * int(sg["sstride"][kk])
+            do += r.astype(np.int64) * int(sg["dstride"][kk])
+            assert (r < np.uint64(int(sg["ext"][kk]))).all()
+        for kk in range(MAXD - nout):
+            assert int(sg["ext"][kk]) == 1, "segment has more outer dimensions than the kernel's nout"
+        src = (np.uint64(src0) + so.astype(np.uint64) + u * np.uint64(vec)).astype(np.uint64)
+        dst = (np.uint64(dst0) + do.astype(np.uint64) + u * np.uint64(vec)).astype(np.uint64)
+        assert not (src % np.uint64(vec)).any() and not (dst % np.uint64(vec)).any(), "misaligned vector"
+        store(dst, load(src, vec))
+    assert covered.all(), "a block has no segment"
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def blocks_for(nbytes: list[int], sm_count: int) -> list[int]:
+    """Blocks per segment: proportional to bytes, at least one each, about 8 per SM in all."""
+    chunk = BLOCK * ILP * 16
+    want = [max(1, ceil_div(n, chunk)) for n in nbytes]
+    cap = max(sm_count * 8, len(nbytes))
+    total = sum(want)
+    if total <= cap:
+        return want
+    return [max(1, math.floor(w * cap / total)) for w in want]

@@ -1,0 +1,711 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The CUDA backend without a GPU: NVRTC compiles every kernel variant for sm_90, and every
+plan's launch list (graph node list, segments, tables) is checked by replaying it on host
+memory through the kernel's own index maths. Runs in CI (needs cuda-core + NVRTC, no device).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from redist import Slab
+from redist.engine import geometry as geo
+from redist.engine.cuda import kernels as K
+from redist.engine.cuda.lower import build_launch_list, emulate_job
+from redist.engine.plan import make_plan
+
+
+def _nvrtc_available() -> bool:
+    try:
+        from cuda.core import Program  # noqa: F401
+
+        K.compile_family(0, 0, "90")
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+needs_nvrtc = pytest.mark.skipif(
+    not _nvrtc_available(), reason="cuda-core / NVRTC not installed (pip install '.[nvrtc]')"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers: global arrays, operands, expected results
+# --------------------------------------------------------------------------------------------
+
+
+def global_bytes(gshape, itemsize, seed=0):
+    """uint8 array gshape + (itemsize,): a distinct byte pattern per element."""
+    n = math.prod(gshape)
+    lin = np.arange(n, dtype=np.uint64).reshape(gshape)
+    b = np.arange(itemsize, dtype=np.uint64)
+    return (
+        (lin[..., None] * np.uint64(2654435761) + b * np.uint64(97) + np.uint64(seed)) % np.uint64(251)
+    ).astype(np.uint8)
+
+
+def operand_bytes(G, box, strides, itemsize):
+    """Rank operand as raw bytes with element ``strides`` (positive, possibly padded)."""
+    shape = geo.box_shape(box)
+    if math.prod(shape) == 0:
+        return np.zeros(0, np.uint8)
+    span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+    buf = np.zeros(span * itemsize, np.uint8)
+    view = np.lib.stride_tricks.as_strided(
+        buf, shape=shape + (itemsize,), strides=tuple(s * itemsize for s in strides) + (1,)
+    )
+    sl = tuple(slice(lo, hi) for lo, hi in zip(*box))
+    view[...] = G[sl]
+    return buf
+
+
+def expected_bytes(G, box, order):
+    sl = tuple(slice(lo, hi) for lo, hi in zip(*box))
+    sub = G[sl]
+    if order == "F":
+        sub = np.transpose(sub, tuple(reversed(range(sub.ndim - 1))) + (sub.ndim - 1,))
+    return np.ascontiguousarray(sub).reshape(-1)
+
+
+def random_boxes(gshape, p, rng, allow_empty=True):
+    boxes = [(tuple(0 for _ in gshape), tuple(gshape))]
+    while len(boxes) < p:
+        i = int(rng.integers(len(boxes)))
+        lo, hi = boxes[i]
+        ax = int(rng.integers(len(gshape)))
+        a, b = lo[ax], hi[ax]
+        if not allow_empty and b - a < 2:
+            continue
+        cut = int(rng.integers(a, b + 1)) if allow_empty else int(rng.integers(a + 1, b))
+        hi1 = list(hi)
+        hi1[ax] = cut
+        lo2 = list(lo)
+        lo2[ax] = cut
+        boxes[i] = (lo, tuple(hi1))
+        boxes.append((tuple(lo2), hi))
+    rng.shuffle(boxes)
+    return [tuple(map(tuple, b)) for b in boxes]
+
+
+def run_case(
+    in_boxes,
+    out_boxes,
+    itemsize,
+    *,
+    transport="auto",
+    order="C",
+    strides=None,
+    reach=None,
+    in_offsets=None,
+    out_delta=0,
+    vec=None,
+    seg_limit=K.SEG_LIMIT,
+    seed=1,
+):
+    p = len(in_boxes)
+    g = geo.bounding_box(list(in_boxes))
+    gshape = tuple(g[1]) if g else tuple(0 for _ in in_boxes[0][0])
+    G = global_bytes(gshape, itemsize, seed)
+    if strides is None:
+        strides = [geo.dense_strides(geo.box_shape(b), order) for b in in_boxes]
+    plans = [
+        make_plan(r, in_boxes, out_boxes, itemsize=itemsize, in_strides=strides, out_order=order)
+        for r in range(p)
+    ]
+    inputs = [operand_bytes(G, in_boxes[r], strides[r], itemsize) for r in range(p)]
+    outs, lls = emulate_job(
+        plans,
+        inputs,
+        reach=reach,
+        transport=transport,
+        vec=vec,
+        in_offsets=in_offsets,
+        out_delta=out_delta,
+        seg_limit=seg_limit,
+    )
+    for r in range(p):
+        want = expected_bytes(G, out_boxes[r], order)
+        got = outs[r][: len(want)]
+        assert np.array_equal(got, want), (
+            f"rank {r}: result differs (transport={transport}, itemsize={itemsize})"
+        )
+    return lls
+
+
+def slab_boxes(gshape, p, axis):
+    s = Slab(axis)
+    return [s.box(r, gshape, nranks=p).as_tuple() for r in range(p)]
+
+
+# --------------------------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------------------------
+
+
+def test_fast_divmod():
+    rng = np.random.default_rng(0)
+    divisors = [1, 2, 3, 5, 7, 16, 255, 256, 257, 1000, 4096, 65535, 65537, (1 << 30) + 3, (1 << 31) - 1]
+    divisors += [int(x) for x in rng.integers(1, 1 << 31, 200)]
+    n = np.concatenate([np.arange(0, 5000), rng.integers(0, 1 << 31, 20000), [(1 << 31) - 1]]).astype(
+        np.uint64
+    )
+    for d in divisors:
+        mul, shr = K.fast_divmod_params(d)
+        q = n if mul == 0 else (n * np.uint64(mul)) >> np.uint64(32 + shr)
+        assert np.array_equal(q, n // np.uint64(d)), d
+
+
+def test_seg_layout():
+    assert K.SEG_DTYPE.itemsize == 320
+    assert K.SEG_DTYPE.fields["sstride"][1] == 192 and K.SEG_DTYPE.fields["run_mul"][1] == 56
+    src = K.family_source(256, 2)
+    assert "static_assert(sizeof(Seg) == 320" in src and K.kernel_name(256, 2, 16) in src
+    assert K.family_widths(0) == (16, 8, 4, 2, 1) and K.family_widths(12) == (4, 2, 1)
+
+
+@needs_nvrtc
+def test_compile_every_family_for_sm90():
+    """Every family shape (nout 0..MAXD with a per-segment run length) and the fixed run lengths
+    that itemsizes 1..16 produce, each for all its vector widths, compile to sm_90 cubins."""
+    fams = {(0, n) for n in range(K.MAXD + 1)}
+    for itemsize in range(1, 17):
+        fams.add((itemsize * 5, 1 + itemsize % 3))
+    # and the families real plans ask for
+    for itemsize in (1, 2, 3, 4, 8, 12, 16):
+        for gshape, ax in (((8, 12, 10), 1), ((6, 5, 7, 3), 2), ((9, 4), 1)):
+            ib, ob = slab_boxes(gshape, 3, 0), slab_boxes(gshape, 3, ax)
+            for r in range(3):
+                pl = make_plan(r, ib, ob, itemsize=itemsize)
+                for t in ("push", "put"):
+                    fams |= build_launch_list(pl, transport=t).families()
+    for run, nout in sorted(fams):
+        obj = K.compile_family(run, nout, "90")
+        assert obj.code_type == "cubin"
+        code = bytes(obj.code)
+        assert code[:4] == b"\x7fELF", "not a cubin"
+        for v in K.family_widths(run):
+            assert K.kernel_name(run, nout, v).encode() in code
+
+
+# --------------------------------------------------------------------------------------------
+# launch lists (the graph description)
+# --------------------------------------------------------------------------------------------
+
+
+def test_graph_shapes_slab_x_to_y():
+    g = (32, 32, 32)
+    ib, ob = slab_boxes(g, 2, 0), slab_boxes(g, 2, 1)
+    pl = make_plan(0, ib, ob, itemsize=8)
+    push = build_launch_list(pl, transport="auto")
+    assert push.node_labels() == ["sync_all*", "kernel:copy[local,push]", "barrier_all"]
+    assert push.push_to == (1,) and push.put_to == () and push.result_bytes == 16 * 32 * 32 * 8
+    k = push.kernel("copy")
+    assert k.run_bytes == 16 * 32 * 8 and k.nout == 1 and k.vmax == 16 and k.reads_input and k.writes_output
+    assert len(k.segments) == 2 and push.send_staging_bytes == 0
+    put = build_launch_list(pl, transport="put")
+    assert put.node_labels() == [
+        "kernel:copy[local,pack]",
+        "sync_all",
+        "put->1",
+        "quiet",
+        "barrier_all",
+        "kernel:unpack[unpack]",
+    ]
+    assert put.send_staging_bytes >= 16 * 16 * 32 * 8 and put.put_from == (1,)
+    # unreachable peer: auto falls back to put, push refuses
+    reach = np.array([[1, 0], [0, 1]], bool)
+    assert build_launch_list(pl, reach, transport="auto").node_labels() == put.node_labels()
+    with pytest.raises(NotImplementedError, match="reachable"):
+        build_launch_list(pl, reach, transport="push")
+    assert "push to [1]" in push.describe()
+
+
+def test_graph_shapes_single_rank_and_local_only():
+    g = (16, 8)
+    pl = make_plan(0, slab_boxes(g, 1, 0), slab_boxes(g, 1, 1), itemsize=4)
+    ll = build_launch_list(pl)
+    assert ll.node_labels() == ["kernel:copy[local]"]
+    k = ll.kernel("copy")
+    assert len(k.segments) == 1 and k.nout == 0 and k.segments[0].row_bytes == 16 * 8 * 4
+    # X -> X on 3 ranks: nothing crosses ranks, no NVSHMEM node anywhere
+    ib = slab_boxes((9, 4), 3, 0)
+    for r in range(3):
+        assert build_launch_list(make_plan(r, ib, ib, itemsize=2)).node_labels() == ["kernel:copy[local]"]
+
+
+def test_graph_mixed_transports_same_structure_on_every_rank():
+    g = (12, 12, 6)
+    p = 4
+    ib, ob = slab_boxes(g, p, 0), slab_boxes(g, p, 1)
+    reach = np.ones((p, p), bool)
+    reach[0, 3] = reach[3, 0] = False  # one pair only reachable through puts
+    lls = [build_launch_list(make_plan(r, ib, ob, itemsize=8), reach) for r in range(p)]
+    ops = [[s.op for s in ll.steps if s.op != "put" and s.op != "kernel" and s.op != "quiet"] for ll in lls]
+    assert all(o == ["sync_all", "sync_all", "barrier_all"] for o in ops), ops  # collectives match
+    assert lls[0].put_to == (3,) and lls[3].put_to == (0,) and lls[1].put_to == ()
+    assert lls[1].node_labels()[:3] == ["sync_all*", "kernel:copy[local,push]", "sync_all"]
+
+
+# --------------------------------------------------------------------------------------------
+# host replay of whole jobs through the kernel index maths
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["push", "put"])
+@pytest.mark.parametrize("itemsize", [1, 2, 3, 4, 8, 12, 16])
+def test_emulate_slabs(transport, itemsize):
+    g = (7, 6, 5)
+    for p in (1, 2, 3):
+        for a, b in ((0, 1), (1, 0), (0, 2), (2, 1), (1, 1)):
+            run_case(slab_boxes(g, p, a), slab_boxes(g, p, b), itemsize, transport=transport)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_emulate_random_boxes_nd(order):
+    rng = np.random.default_rng(7)
+    for case in range(40):
+        ndim = int(rng.integers(1, 6))
+        gshape = tuple(int(x) for x in rng.integers(1, 7, ndim))
+        p = int(rng.integers(1, 6))
+        ib, ob = random_boxes(gshape, p, rng), random_boxes(gshape, p, rng)
+        itemsize = int(rng.choice([1, 2, 4, 8, 16, 3, 12]))
+        transport = ["auto", "put", "push"][case % 3]
+        reach = None
+        if transport == "auto" and p > 2:
+            reach = rng.random((p, p)) < 0.6
+            reach = reach & reach.T
+            np.fill_diagonal(reach, True)
+        run_case(ib, ob, itemsize, transport=transport, order=order, reach=reach, seed=case)
+
+
+def test_emulate_strided_inputs_and_alignment():
+    rng = np.random.default_rng(3)
+    g = (6, 10, 8)
+    ib, ob = slab_boxes(g, 2, 0), slab_boxes(g, 2, 1)
+    for itemsize in (1, 2, 4, 8, 16):
+        shapes = [geo.box_shape(b) for b in ib]
+        # padded (ghost-layer) inputs and a transposed input layout
+        padded = [(s[1] * (s[2] + 3) + 7, s[2] + 3, 1) for s in shapes]
+        run_case(ib, ob, itemsize, strides=padded, transport="push")
+        run_case(ib, ob, itemsize, strides=padded, transport="put")
+        transposed = [(1, s[0], s[0] * s[1]) for s in shapes]
+        run_case(ib, ob, itemsize, strides=transposed, transport="auto")
+        # misaligned operands (vector width drops at bind time) and an out= delta
+        for off in (1, 2, 4, 8, 12):
+            run_case(ib, ob, itemsize, in_offsets=[off, off + 1], out_delta=4096 + 8, transport="push")
+            run_case(ib, ob, itemsize, in_offsets=[off, 0], out_delta=256, transport="put")
+    del rng
+
+
+def test_emulate_every_vector_width():
+    g = (8, 16, 16)
+    ib, ob = slab_boxes(g, 2, 0), slab_boxes(g, 2, 2)
+    for v in K.VEC_WIDTHS:
+        for t in ("push", "put"):
+            run_case(ib, ob, 16, transport=t, vec=v)
+
+
+def test_emulate_split_segments():
+    """Segments above the kernel's index range are cut (tested with a tiny limit)."""
+    g = (10, 12, 9)
+    ib, ob = slab_boxes(g, 2, 0), slab_boxes(g, 2, 1)
+    for limit in (64, 200, 1000):
+        for t in ("push", "put"):
+            lls = run_case(ib, ob, 4, transport=t, seg_limit=limit)
+            assert all(s.nbytes <= limit for ll in lls for k in ll.kernels for s in k.segments)
+    # a single long run
+    run_case(slab_boxes((4096,), 1, 0), slab_boxes((4096,), 1, 0), 8, seg_limit=1000)
+
+
+def test_blocks_split():
+    assert K.blocks_for([100], 132) == [1]
+    b = K.blocks_for([1 << 28, 1 << 28], 132)
+    assert b[0] == b[1] and sum(b) <= 132 * 8
+    assert K.blocks_for([1 << 30, 10], 132)[1] == 1
+
+
+def test_pybind_modules_import_without_gpu():
+    import redist._cuda_path as cp_
+    import redist._symmetric as sm
+
+    assert hasattr(cp_, "CudaPath") and hasattr(sm, "allocate_symmetric_memory")
+    with pytest.raises(ValueError, match=r"The package must be one of \('cupy', 'torch'\)"):
+        sm.allocate_symmetric_memory((2, 2), np)
+
+
+# --------------------------------------------------------------------------------------------
+# The executable and CudaPath on a simulated job: ranks are threads, device memory is host
+# memory in one fake address space (peer pointers included), NVSHMEM calls are thread
+# barriers and memcpys, and every cuLaunchKernel runs the kernel emulator on the segment table
+# that lower() uploaded, with the arguments read back from the ctypes argument block.
+# --------------------------------------------------------------------------------------------
+
+import bisect
+import ctypes
+import threading
+import types
+
+
+class _Hub:
+    def __init__(self, p):
+        self.p = p
+        self.barrier = threading.Barrier(p, timeout=60)
+        self.slots = [None] * p
+        self.lock = threading.Lock()
+        self.bases: list[int] = []
+        self.bufs: list[np.ndarray] = []
+
+    # memory
+    def add(self, base, n, fill=0xCD):
+        with self.lock:
+            i = bisect.bisect(self.bases, base)
+            self.bases.insert(i, base)
+            self.bufs.insert(i, np.full(n, fill, np.uint8))
+
+    def remove(self, base):
+        with self.lock:
+            i = self.bases.index(base)
+            del self.bases[i], self.bufs[i]
+
+    def locate(self, addr: int, n: int):
+        with self.lock:
+            i = bisect.bisect(self.bases, addr) - 1
+            assert i >= 0, hex(addr)
+            b, buf = self.bases[i], self.bufs[i]
+        off = addr - b
+        assert 0 <= off and off + n <= len(buf), f"access 0x{addr:x}+{n} outside region 0x{b:x}+{len(buf)}"
+        return buf, off
+
+    def read(self, addr, n):
+        buf, off = self.locate(addr, n)
+        return buf[off : off + n].copy()
+
+    def write(self, addr, data):
+        data = np.asarray(data, np.uint8).reshape(-1)
+        buf, off = self.locate(addr, len(data))
+        buf[off : off + len(data)] = data
+
+
+class _Comm:
+    def __init__(self, hub, rank):
+        self.hub, self.rank = hub, rank
+
+    def Get_rank(self):
+        return self.rank
+
+    def Get_size(self):
+        return self.hub.p
+
+    def allgather(self, obj):
+        h = self.hub
+        h.slots[self.rank] = obj
+        h.barrier.wait()
+        out = list(h.slots)
+        h.barrier.wait()
+        return out
+
+    def allreduce(self, v, op=None):
+        vals = self.allgather(v)
+        from mpi4py import MPI
+
+        return min(vals) if op is MPI.MIN else max(vals) if op is MPI.MAX else sum(vals)
+
+
+_FUNCS: dict[int, tuple] = {}
+
+
+class _Driver:
+    def __init__(self, hub, rt):
+        self.hub, self.rt = hub, rt
+        self.launches = 0
+
+    def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shm, stream, argv, extra):
+        run, nout, vec = _FUNCS[func]
+        assert (gy, gz, by, bz, shm) == (1, 1, 1, 1, 0) and bx == K.BLOCK
+        ptrs = (ctypes.c_void_p * 4).from_address(argv)
+        in_base = ctypes.c_void_p.from_address(ptrs[0]).value or 0
+        delta = ctypes.c_longlong.from_address(ptrs[1]).value
+        table = ctypes.c_void_p.from_address(ptrs[2]).value
+        nsegs = ctypes.c_int.from_address(ptrs[3]).value
+        tab = np.frombuffer(self.hub.read(table, nsegs * K.SEG_DTYPE.itemsize).tobytes(), dtype=K.SEG_DTYPE)
+        hub = self.hub
+
+        def load(addr, v):
+            buf, off = hub.locate(int(addr.min()), int(addr.max() - addr.min()) + v)
+            rel = (addr - addr.min()).astype(np.int64) + off
+            return buf[rel[:, None] + np.arange(v)[None, :]]
+
+        def store(addr, data):
+            v = data.shape[1]
+            buf, off = hub.locate(int(addr.min()), int(addr.max() - addr.min()) + v)
+            rel = (addr - addr.min()).astype(np.int64) + off
+            buf[rel[:, None] + np.arange(v)[None, :]] = data
+
+        K.emulate(
+            tab,
+            vec=vec,
+            run_bytes=run,
+            nout=nout,
+            grid=gx,
+            in_base=in_base,
+            out_delta=delta,
+            load=load,
+            store=store,
+        )
+        self.launches += 1
+        return 0
+
+    def cuStreamSynchronize(self, s):
+        return 0
+
+    def call(self, name, *args):
+        if name == "cuMemcpyHtoDAsync":
+            dst, src, n, _ = args
+            self.hub.write(dst, np.frombuffer(ctypes.string_at(src, n), np.uint8))
+        elif name == "cuMemcpyDtoHAsync":
+            dst, src, n, _ = args
+            data = self.hub.read(src, n)
+            ctypes.memmove(dst, data.ctypes.data, n)
+        elif name == "cuStreamSynchronize":
+            pass
+        else:
+            raise AssertionError(name)
+
+
+class _NB:
+    def __init__(self, hub, rt):
+        self.hub, self.rt = hub, rt
+
+    def sync_all_on_stream(self, s):
+        self.hub.barrier.wait()
+
+    barrier_all_on_stream = sync_all_on_stream
+
+    def quiet_on_stream(self, s):
+        pass
+
+    def putmem_nbi_on_stream(self, dst, src, n, pe, s):
+        self.hub.write(dst - self.rt.heap + ((pe + 1) << 40), self.hub.read(src, n))  # remote translation
+
+
+class _Runtime:
+    """The parts of engine.cuda.runtime.Runtime that lower() and CudaPath use."""
+
+    def __init__(self, hub, rank, reach_row=None):
+        self.hub, self.rank, self.nranks = hub, rank, hub.p
+        self.comm = _Comm(hub, rank)
+        self.device_id, self.sm_count, self.arch, self.stream, self.stopped = 0, 4, "90", 7, False
+        self.driver, self.nb = _Driver(hub, self), _NB(hub, self)
+        self.heap = (rank + 1) << 40
+        self._next, self._dnext = 0, (rank + 1) << 44
+        self.reach_row = reach_row
+        self.sym: dict[int, list] = {}
+        self.anchor = self.sym_alloc(512, owner="runtime")
+
+    def check_alive(self):
+        pass
+
+    def sym_alloc(self, n, *, owner="engine"):
+        n = max(int(n), 1)
+        ptr = self.heap + self._next
+        self._next += -(-n // 512) * 512
+        self.hub.add(ptr, n)
+        self.sym[ptr] = [n, owner]
+        return ptr
+
+    def sym_free(self, ptr):
+        del self.sym[ptr]
+        self.hub.remove(ptr)
+
+    def sym_lookup(self, ptr):
+        for b, (n, o) in self.sym.items():
+            if b <= ptr < b + n:
+                return b, n, o
+        return None
+
+    def sym_set_owner(self, ptr, owner):
+        self.sym[ptr][1] = owner
+
+    def is_symmetric(self, ptr):
+        return self.sym_lookup(ptr) is not None
+
+    def heap_offset(self, ptr):
+        return ptr - self.anchor
+
+    def peer_ptr(self, ptr, pe):
+        if self.reach_row is not None and not self.reach_row[pe]:
+            return 0
+        return ptr - self.heap + ((pe + 1) << 40)
+
+    def dev_alloc(self, n):
+        ptr = self._dnext
+        self._dnext += -(-max(int(n), 1) // 4096) * 4096
+        self.hub.add(ptr, max(int(n), 1))
+        return ptr
+
+    def dev_free(self, ptr):
+        self.hub.remove(ptr)
+
+    def htod(self, dst, arr):
+        self.hub.write(dst, np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+
+    def synchronize(self):
+        pass
+
+    def functions(self, run, nout):
+        out = {}
+        for v in K.family_widths(run):
+            code = 0x1000 + len(_FUNCS)
+            _FUNCS[code] = (run, nout, v)
+            out[v] = code
+        return out
+
+
+def _run_threads(p, fn):
+    hub = _Hub(p)
+    errors = [None] * p
+
+    def target(r):
+        try:
+            fn(hub, r)
+        except BaseException as e:  # noqa: BLE001
+            errors[r] = e
+            hub.barrier.abort()
+
+    ts = [threading.Thread(target=target, args=(r,)) for r in range(p)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    for e in errors:
+        if e is not None and not isinstance(e, threading.BrokenBarrierError):
+            raise e
+    assert not any(errors), errors
+
+
+@pytest.mark.parametrize("transport", ["auto", "push", "put", "mixed"])
+def test_executable_on_a_simulated_job(transport):
+    from redist.engine.cuda.lower import lower
+
+    p, gshape, itemsize = 3, (9, 10, 6), 8
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    reach = np.ones((p, p), bool)
+    if transport == "mixed":
+        reach[0, 2] = reach[2, 0] = False
+    G1, G2 = global_bytes(gshape, itemsize, 5), global_bytes(gshape, itemsize, 9)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r, reach[r])
+        plan = make_plan(r, ib, ob, itemsize=itemsize)
+        exe = lower(plan, rt, transport="auto" if transport == "mixed" else transport)
+        if transport == "mixed":
+            assert (r == 1) == (exe.launch_list.put_to == ())
+        ops = []
+        for k, G in enumerate((G1, G2)):
+            a = operand_bytes(G, ib[r], geo.dense_strides(geo.box_shape(ib[r])), itemsize)
+            ptr = rt.dev_alloc(len(a) + 16) + (4 if k else 0)  # the second operand is only 4-byte aligned
+            rt.hub.write(ptr, a)
+            ops.append(ptr)
+        want = [expected_bytes(G, ob[r], "C") for G in (G1, G2)]
+        out = rt.sym_alloc(exe.result_bytes, owner="user")  # an out= buffer, symmetric
+        for it in range(6):
+            k = it % 2
+            exe.bind_input(ops[k])
+            exe.bind_output(out if it in (2, 3) else exe.result_ptr)
+            if it == 4:
+                exe.release_workspace()
+            exe.execute(0, graph=False, sync_symmetric_memory=bool(it % 3))
+            rt.comm.allgather(None)  # every rank done writing
+            got = rt.hub.read(exe.output_ptr, len(want[k]))
+            assert np.array_equal(got, want[k]), (r, it)
+            rt.comm.allgather(None)  # every rank done reading
+        assert exe._kernels["copy"].launch.vec == 4 or k == 0
+        exe.free()
+        assert set(rt.sym) == {rt.anchor, out}
+
+    _run_threads(p, rank)
+
+
+@pytest.mark.parametrize("memory", ["cuda", "cpu"])
+def test_cuda_path_on_a_simulated_job(memory):
+    from redist._cuda_path import CudaPath
+    from redist._operands import RawArray, wrap
+
+    p, gshape = 2, (6, 8, 4)
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 2)
+    G = global_bytes(gshape, 4, 3)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        ctx = types.SimpleNamespace(
+            cuda=rt, device_id=0, process_group=types.SimpleNamespace(comm=rt.comm, rank=r, nranks=p)
+        )
+        opts = types.SimpleNamespace(transport="auto", blocking="auto", execution="cuda", logger=None)
+        a = operand_bytes(G, ib[r], geo.dense_strides(geo.box_shape(ib[r])), 4)
+        if memory == "cuda":
+            ptr = rt.dev_alloc(len(a))
+            rt.hub.write(ptr, a)
+            obj = RawArray(ptr, geo.box_shape(ib[r]), None, 4, memory="cuda", device_id=0, dtype=np.float32)
+        else:
+            obj = a.view(np.float32).reshape(geo.box_shape(ib[r]))
+        op = wrap(obj)
+        plan = make_plan(r, ib, ob, itemsize=4)
+        path = CudaPath(plan, op, ctx, opts, None, None)
+        path.executable.graphs = False  # no CUDA graphs in the simulation
+        res = path.execute(stream=None)
+        rt.comm.allgather(None)
+        want = expected_bytes(G, ob[r], "C")
+        if memory == "cuda":
+            got = rt.hub.read(res.ptr, len(want))
+            assert res.shape == plan.out_shape
+            assert path.out_signature(wrap(res)) == res.ptr - rt.anchor
+            assert path.out_problem(wrap(res)) is None
+            bad = RawArray(
+                rt.dev_alloc(len(want)), plan.out_shape, None, 4, memory="cuda", device_id=0, dtype=np.float32
+            )
+            assert "symmetric" in path.out_problem(wrap(bad))
+        else:
+            got = np.asarray(res).reshape(-1).view(np.uint8)
+            assert isinstance(res, np.ndarray) and res.shape == plan.out_shape
+        assert np.array_equal(got, want)
+        path.rebind(obj)
+        path.release_operand()
+        path.free()
+
+    _run_threads(p, rank)
+
+
+def test_cuda_path_without_runtime_raises_not_initialized():
+    from redist._cuda_path import CudaPath
+    from redist._operands import RawArray, wrap
+    from redist.engine.errors import NotInitializedError
+
+    comm = _Comm(_Hub(1), 0)
+    ctx = types.SimpleNamespace(
+        cuda=None, device_id=None, process_group=types.SimpleNamespace(comm=comm, rank=0, nranks=1)
+    )
+    opts = types.SimpleNamespace(transport="auto", blocking="auto", execution="cuda", logger=None)
+    op = wrap(RawArray(4096, (4, 4), None, 4, memory="cuda", device_id=0, dtype=np.float32))
+    plan = make_plan(0, slab_boxes((4, 4), 1, 0), slab_boxes((4, 4), 1, 1), itemsize=4)
+    with pytest.raises(NotInitializedError, match="NVSHMEM is not initialised"):
+        CudaPath(plan, op, ctx, opts, None, None)
+
+
+def test_heap_limit_is_checked_before_nvshmem_malloc(monkeypatch):
+    """NVSHMEM 3.4 dies on a failed heap growth, so sym_alloc refuses oversize requests up front."""
+    from redist.engine.cuda.runtime import Runtime, _env_size
+
+    fake = types.SimpleNamespace(_sym_bytes=1 << 20, device_id=0)
+    monkeypatch.setenv("NVSHMEM_MAX_MEMORY_PER_GPU", "2g")
+    msg = Runtime._heap_problem(fake, 8 << 30)
+    assert "NVSHMEM_MAX_MEMORY_PER_GPU" in msg and "NVSHMEM_SYMMETRIC_SIZE" in msg and "2147483648" in msg
+    monkeypatch.setenv("NVSHMEM_DISABLE_CUDA_VMM", "1")
+    monkeypatch.setenv("NVSHMEM_SYMMETRIC_SIZE", "256M")
+    msg = Runtime._heap_problem(fake, 512 << 20)
+    assert "fixed size" in msg and str(256 << 20) in msg
+    assert Runtime._heap_problem(fake, 1 << 20) is None
+    monkeypatch.setenv("X_SIZE", "3.1M")
+    assert _env_size("X_SIZE", 0) == 3250586

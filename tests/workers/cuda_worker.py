@@ -1,0 +1,677 @@
+# SPDX-License-Identifier: Apache-2.0
+"""GPU worker for tests/test_cuda.py: ``mpiexec -n P python cuda_worker.py MODE [options]``.
+
+Modes: ``engine`` (redist.engine.cuda at the plan level: layouts, dimensions, item sizes,
+transports, alignment, eager vs graph), ``replay`` (1000 launches with a rebind of input and
+out= every iteration, bit-exact), ``api`` (redist.Redistribute / redistribute / symmetric memory
+with cupy, torch, numpy-on-GPU and RawArray), ``bench`` (timings). Failures are reduced across
+ranks; rank 0 prints ALL OK when every rank passed. One rank per GPU (device = local rank).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank, P = comm.Get_rank(), comm.Get_size()
+
+
+def log(*a):
+    print(f"[rank {rank}]", *a, flush=True)
+
+
+def local_device() -> int:
+    import cupy as cp
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    lr = node.Get_rank()
+    node.Free()
+    return lr % cp.cuda.runtime.getDeviceCount()
+
+
+# ------------------------------------------------------------------------------------------------
+# global patterns and boxes (identical on every rank)
+# ------------------------------------------------------------------------------------------------
+
+
+def global_bytes(gshape, itemsize, seed=0):
+    n = math.prod(gshape)
+    lin = np.arange(n, dtype=np.uint64).reshape(gshape)
+    b = np.arange(itemsize, dtype=np.uint64)
+    return (
+        (lin[..., None] * np.uint64(2654435761) + b * np.uint64(97) + np.uint64(seed)) % np.uint64(251)
+    ).astype(np.uint8)
+
+
+def operand_bytes(G, box, strides, itemsize):
+    from redist.engine import geometry as geo
+
+    shape = geo.box_shape(box)
+    if math.prod(shape) == 0:
+        return np.zeros(0, np.uint8)
+    span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+    buf = np.zeros(span * itemsize, np.uint8)
+    view = np.lib.stride_tricks.as_strided(
+        buf, shape=shape + (itemsize,), strides=tuple(s * itemsize for s in strides) + (1,)
+    )
+    view[...] = G[tuple(slice(lo, hi) for lo, hi in zip(*box))]
+    return buf
+
+
+def expected_bytes(G, box, order):
+    sub = G[tuple(slice(lo, hi) for lo, hi in zip(*box))]
+    if order == "F":
+        sub = np.transpose(sub, tuple(reversed(range(sub.ndim - 1))) + (sub.ndim - 1,))
+    return np.ascontiguousarray(sub).reshape(-1)
+
+
+def random_boxes(gshape, p, rng):
+    boxes = [(tuple(0 for _ in gshape), tuple(gshape))]
+    while len(boxes) < p:
+        i = int(rng.integers(len(boxes)))
+        lo, hi = boxes[i]
+        ax = int(rng.integers(len(gshape)))
+        cut = int(rng.integers(lo[ax], hi[ax] + 1))
+        h1, l2 = list(hi), list(lo)
+        h1[ax] = l2[ax] = cut
+        boxes[i] = (lo, tuple(h1))
+        boxes.append((tuple(l2), hi))
+    rng.shuffle(boxes)
+    return [tuple(map(tuple, b)) for b in boxes]
+
+
+def slab(gshape, axis):
+    from redist import Slab
+
+    return [Slab(axis).box(r, gshape, nranks=P).as_tuple() for r in range(P)]
+
+
+def pencils(gshape, a, b):
+    """P boxes splitting axes a and b over a near-square grid."""
+    pa = max(d for d in range(1, P + 1) if P % d == 0 and d * d <= P)
+    pb = P // pa
+    out = []
+    for r in range(P):
+        i, j = divmod(r, pb)
+        lo, hi = [0] * len(gshape), list(gshape)
+        for ax, k, n in ((a, i, pa), (b, j, pb)):
+            e = gshape[ax]
+            lo[ax] = k * (e // n) + min(k, e % n)
+            hi[ax] = lo[ax] + e // n + (k < e % n)
+        out.append((tuple(lo), tuple(hi)))
+    return out
+
+
+class Fails:
+    def __init__(self):
+        self.items = []
+
+    def add(self, what):
+        self.items.append(what)
+        log("FAIL", what)
+
+
+def agree_ok(ok: bool) -> bool:
+    return bool(comm.allreduce(int(ok), op=MPI.MIN))
+
+
+# ------------------------------------------------------------------------------------------------
+# engine mode
+# ------------------------------------------------------------------------------------------------
+
+
+def cupy_bytes(ptr, nbytes):
+    """Device bytes at ptr (synchronous copy to host)."""
+    import cupy as cp
+
+    if nbytes == 0:
+        return np.zeros(0, np.uint8)
+    mem = cp.cuda.UnownedMemory(ptr, nbytes, None, device_id=cp.cuda.Device().id)
+    a = cp.ndarray((nbytes,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(mem, 0))
+    return cp.asnumpy(a)
+
+
+def engine_cases():
+    rng = np.random.default_rng(1234)
+    cases = []
+    g3 = (12, 10, 8)
+    for t in ("auto", "put"):
+        for a, b in ((0, 1), (1, 0), (0, 2), (2, 1), (1, 2)):
+            cases.append(dict(name=f"slab{a}{b}-{t}", g=g3, ib=slab(g3, a), ob=slab(g3, b), it=8, t=t))
+    cases.append(
+        dict(name="pencils-xy-yz", g=g3, ib=pencils(g3, 0, 1), ob=pencils(g3, 1, 2), it=16, t="auto")
+    )
+    cases.append(dict(name="pencils-put", g=g3, ib=pencils(g3, 0, 1), ob=pencils(g3, 1, 2), it=4, t="put"))
+    for it in (1, 2, 3, 4, 8, 12, 16):
+        cases.append(
+            dict(
+                name=f"itemsize{it}",
+                g=(7, 9, 5),
+                ib=slab((7, 9, 5), 0),
+                ob=slab((7, 9, 5), 1),
+                it=it,
+                t="auto" if it % 2 else "put",
+            )
+        )
+    for nd, g in ((1, (37,)), (2, (9, 11)), (4, (4, 5, 3, 6)), (5, (3, 4, 2, 5, 3))):
+        cases.append(dict(name=f"{nd}d", g=g, ib=slab(g, 0), ob=slab(g, nd - 1), it=4, t="auto"))
+        cases.append(dict(name=f"{nd}d-F", g=g, ib=slab(g, 0), ob=slab(g, nd - 1), it=8, t="put", order="F"))
+    cases.append(
+        dict(name="uneven-empty", g=(1, 5, 3), ib=slab((1, 5, 3), 0), ob=slab((1, 5, 3), 1), it=8, t="auto")
+    )
+    for k in range(6):
+        g = tuple(int(x) for x in rng.integers(2, 9, int(rng.integers(2, 5))))
+        cases.append(
+            dict(
+                name=f"random{k}",
+                g=g,
+                ib=random_boxes(g, P, rng),
+                ob=random_boxes(g, P, rng),
+                it=int(rng.choice([1, 2, 4, 8, 16])),
+                t=["auto", "put"][k % 2],
+                order="CF"[k % 2],
+            )
+        )
+    cases.append(dict(name="padded", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=8, t="auto", pad=True))
+    cases.append(dict(name="padded-put", g=g3, ib=slab(g3, 0), ob=slab(g3, 2), it=4, t="put", pad=True))
+    cases.append(
+        dict(name="transposed", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=8, t="auto", transposed=True)
+    )
+    cases.append(dict(name="misaligned", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=16, t="auto", offset=4))
+    cases.append(dict(name="misaligned-put", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=8, t="put", offset=2))
+    return cases
+
+
+def run_engine(fails: Fails):
+    import cupy as cp
+    from redist.engine import geometry as geo
+    from redist.engine.cuda import lower, runtime
+    from redist.engine.plan import make_plan
+
+    dev = local_device()
+    cp.cuda.Device(dev).use()
+    t0 = time.perf_counter()
+    rt = runtime.start(comm, dev)
+    log(f"runtime up in {time.perf_counter() - t0:.2f} s: {rt!r}, sm_count {rt.sm_count}")
+    stream = cp.cuda.Stream(non_blocking=True)
+    try:
+        for c in engine_cases():
+            name, g, ib, ob, it = c["name"], c["g"], c["ib"], c["ob"], c["it"]
+            order = c.get("order", "C")
+            shapes = [geo.box_shape(b) for b in ib]
+            strides = [geo.dense_strides(s, order) for s in shapes]
+            if c.get("pad"):
+                strides = [(s[1] * (s[2] + 3) + 5, s[2] + 3, 1) for s in shapes]
+            if c.get("transposed"):
+                strides = [(1, s[0], s[0] * s[1]) for s in shapes]
+            ok = True
+            exe = None
+            try:
+                plan = make_plan(rank, ib, ob, itemsize=it, in_strides=strides, out_order=order)
+                exe = lower(plan, rt, transport=c["t"])
+                if name.startswith("slab01"):
+                    log(f"{name}: {exe.describe()}")
+                outs = []
+                for k, seed in enumerate((11, 22)):
+                    G = global_bytes(g, it, seed)
+                    a = operand_bytes(G, ib[rank], strides[rank], it)
+                    off = c.get("offset", 0) + (it if k == 1 and it < 16 else 0)
+                    buf = cp.empty(len(a) + off + 64, dtype=cp.uint8)
+                    buf[off : off + len(a)].set(a)
+                    cp.cuda.Device().synchronize()  # the copy ran on the legacy stream, execute on ours
+                    exe.bind_input(int(buf.data.ptr) + off)
+                    want = expected_bytes(G, ob[rank], order)
+                    for mode in ("graph", "eager", "graph"):
+                        exe.execute(stream.ptr, graph=(mode == "graph"))
+                        stream.synchronize()
+                        if k == 0 and mode == "graph" and name.startswith("slab01"):
+                            log(f"{name}: captured graph nodes {exe._exec.count_nodes()}")
+                        got = cupy_bytes(exe.output_ptr, len(want))
+                        if not np.array_equal(got, want):
+                            bad = np.flatnonzero(got != want)
+                            fails.add(
+                                f"engine {name} ({c['t']}, operand {k}, {mode}): {len(bad)} bytes differ, "
+                                f"first at {bad[0]}; vector widths {[x.launch.vec for x in exe._kernels.values()]}"
+                            )
+                            ok = False
+                        comm.Barrier()  # nobody writes the next execute into a result still being read
+                    outs.append(buf)
+            except Exception:  # noqa: BLE001
+                fails.add(f"engine {name}: {traceback.format_exc()}")
+                ok = False
+            if exe is not None:
+                exe.free()
+            if not agree_ok(ok):
+                log(f"engine: stopping after case {name}")
+                break
+            if rank == 0:
+                log(f"engine case {name} ok")
+    finally:
+        runtime.stop()
+
+
+# ------------------------------------------------------------------------------------------------
+# replay mode: 1000 launches, rebind of input and out= every iteration
+# ------------------------------------------------------------------------------------------------
+
+
+def run_replay(fails: Fails, iters=1000):
+    import cupy as cp
+    from redist.engine import geometry as geo
+    from redist.engine.cuda import lower, runtime
+    from redist.engine.plan import make_plan
+
+    dev = local_device()
+    cp.cuda.Device(dev).use()
+    rt = runtime.start(comm, dev)
+    stream = cp.cuda.Stream(non_blocking=True)
+    g, it = (40, 24, 16), 8
+    ib, ob = slab(g, 0), slab(g, 1)
+    try:
+        for transport in ("auto", "put"):
+            plan = make_plan(rank, ib, ob, itemsize=it)
+            exe = lower(plan, rt, transport=transport)
+            nb = plan.out_elements * it
+            ins, wants, in_ptrs = [], [], []
+            for k, seed in enumerate((3, 4)):
+                G = global_bytes(g, it, seed)
+                a = operand_bytes(G, ib[rank], geo.dense_strides(plan.in_shape), it)
+                # the second operand is 8-byte aligned only: the vector width switches every iteration
+                off = 8 * k
+                buf = cp.empty(len(a) + 16, dtype=cp.uint8)
+                buf[off : off + len(a)].set(a)
+                ins.append(buf)
+                in_ptrs.append(int(buf.data.ptr) + off)
+                wants.append(cp.asarray(expected_bytes(G, ob[rank], "C")))
+            outs = [
+                exe.result_ptr,
+                rt.sym_alloc(exe.result_bytes, owner="user"),
+                rt.sym_alloc(exe.result_bytes, owner="user"),
+            ]
+            views = [
+                cp.ndarray(
+                    (nb,),
+                    cp.uint8,
+                    cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(p, max(nb, 1), None, device_id=dev), 0),
+                )
+                for p in outs
+            ]
+            errs = cp.zeros((), dtype=cp.int64)
+            cp.cuda.Device().synchronize()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            with stream:
+                for i in range(iters):
+                    k, o = i % 2, i % 3
+                    exe.bind_input(in_ptrs[k])
+                    exe.bind_output(outs[o])
+                    eager = i % 97 == 50
+                    exe.execute(stream.ptr, sync_symmetric_memory=(i % 4 != 3), graph=not eager)
+                    if nb:
+                        errs += cp.count_nonzero(views[o] != wants[k])
+            stream.synchronize()
+            dt = time.perf_counter() - t0
+            n = int(errs)
+            if n:
+                fails.add(f"replay {transport}: {n} wrong bytes over {iters} iterations")
+            log(f"replay {transport}: {iters} iterations in {dt:.3f} s, {n} wrong bytes; {exe.describe()}")
+            comm.Barrier()
+            exe.free()
+            rt.sym_free(outs[1])
+            rt.sym_free(outs[2])
+    finally:
+        runtime.stop()
+
+
+# ------------------------------------------------------------------------------------------------
+# api mode: redist.Redistribute on GPUs
+# ------------------------------------------------------------------------------------------------
+
+
+def run_api(fails: Fails):
+    import cupy as cp
+    import redist
+    import torch
+    from redist import Slab
+
+    dev = local_device()
+    cp.cuda.Device(dev).use()
+    torch.cuda.set_device(dev)
+    redist.initialize(device_id=dev)
+    ctx = redist.get_context()
+    assert ctx.cuda is not None, "no CUDA runtime in the context"
+
+    def check(name, got, want):
+        got = np.asarray(got)
+        if got.shape != want.shape or not np.array_equal(got, want):
+            fails.add(f"api {name}: result differs (shape {got.shape} vs {want.shape})")
+            return False
+        return True
+
+    def step(name, fn):
+        ok = True
+        try:
+            fn()
+        except Exception:  # noqa: BLE001
+            fails.add(f"api {name}: {traceback.format_exc()}")
+            ok = False
+        if not agree_ok(ok):
+            raise RuntimeError(f"api: a rank failed in {name}")
+        if rank == 0:
+            log(f"api {name} ok")
+
+    g = (8, 6, 10)
+    glob = np.arange(math.prod(g), dtype=np.float64).reshape(g)
+    ibox, obox = Slab.X.box(rank, g, nranks=P), Slab.Y.box(rank, g, nranks=P)
+    isl = tuple(slice(lo, hi) for lo, hi in zip(ibox.lower, ibox.upper))
+    osl = tuple(slice(lo, hi) for lo, hi in zip(obox.lower, obox.upper))
+
+    def cupy_basic():
+        for dtype, order, transport in (
+            ("complex64", "C", "auto"),
+            ("float32", "F", "put"),
+            ("int16", "C", "push"),
+        ):
+            a = cp.asarray(np.asarray(glob[isl], dtype=dtype), order=order)
+            with redist.Redistribute(a, Slab.X, Slab.Y, options={"transport": transport}) as r:
+                r.plan()
+                res = r.execute()
+                cp.cuda.get_current_stream().synchronize()
+                want = np.asarray(glob[osl], dtype=dtype)
+                check(f"cupy {dtype} {order} {transport}", cp.asnumpy(res), want)
+                assert isinstance(res, cp.ndarray) and res.dtype == np.dtype(dtype)
+                assert (order == "F") == res.flags.f_contiguous or res.ndim < 2 or res.size <= 1
+                res2 = r.execute()
+                assert res2.data.ptr == res.data.ptr, "the result must be persistent"
+                # reset_operand (checked) and unchecked with a new array
+                b = (a * 2).copy(order=order)  # same layout: reset_operand_unchecked does no checks
+                assert b.strides == a.strides
+                r.reset_operand_unchecked(b)
+                res = r.execute()
+                cp.cuda.get_current_stream().synchronize()
+                check(f"cupy {dtype} unchecked", cp.asnumpy(res), (want * 2).astype(dtype))
+                r.reset_operand(a)
+                check(f"cupy {dtype} reset", cp.asnumpy(r.execute(release_workspace=True)), want)
+                check(
+                    f"cupy {dtype} after release_workspace",
+                    cp.asnumpy(r.execute(sync_symmetric_memory=False)),
+                    want,
+                )
+                assert r.graph() != 0
+
+    def torch_basic():
+        for dtype in (torch.float32, torch.bfloat16, torch.complex128):
+            a = torch.as_tensor(glob[isl], device=f"cuda:{dev}").to(dtype)
+            torch.cuda.synchronize()
+            s = torch.cuda.Stream()
+            with redist.Redistribute(a, Slab.X, Slab.Y, stream=s) as r:
+                r.plan(stream=s)
+                res = r.execute(stream=s)
+                s.synchronize()
+                assert isinstance(res, torch.Tensor) and res.dtype == dtype and res.is_cuda
+                want = torch.as_tensor(glob[osl]).to(dtype)
+                if not torch.equal(res.cpu(), want):
+                    fails.add(f"api torch {dtype}: result differs")
+                res = r.execute()  # current torch stream
+                torch.cuda.current_stream().synchronize()
+                if not torch.equal(res.cpu(), want):
+                    fails.add(f"api torch {dtype} (current stream): result differs")
+
+    def host_on_gpu():
+        a = np.ascontiguousarray(glob[isl].astype(np.float32))
+        with redist.Redistribute(a, Slab.X, Slab.Y, options={"execution": "cuda"}) as r:
+            r.plan()
+            res = r.execute()
+            assert isinstance(res, np.ndarray)
+            check("numpy on GPU", res, glob[osl].astype(np.float32))
+            r.reset_operand(a * 3)
+            check("numpy on GPU reset", r.execute(), glob[osl].astype(np.float32) * 3)
+        t = torch.as_tensor(glob[isl].astype(np.float32))
+        with redist.Redistribute(t, Slab.X, Slab.Y, options={"execution": "cuda", "transport": "put"}) as r:
+            r.plan()
+            res = r.execute()
+            assert isinstance(res, torch.Tensor) and not res.is_cuda
+            check("torch CPU on GPU", res.numpy(), glob[osl].astype(np.float32))
+
+    def raw_and_streams():
+        from cuda.core import Device
+
+        a = cp.asarray(glob[isl])
+        raw = redist.RawArray(
+            int(a.data.ptr), a.shape, None, 8, memory="cuda", device_id=dev, dtype=np.float64
+        )
+        with redist.Redistribute(raw, Slab.X, Slab.Y) as r:
+            r.plan()
+            res = r.execute(stream=0)
+            cp.cuda.Device(dev).synchronize()
+            got = (
+                cupy_bytes(res.ptr, res.shape and math.prod(res.shape) * 8)
+                .view(np.float64)
+                .reshape(res.shape)
+            )
+            check("RawArray", got, glob[osl])
+        cs = cp.cuda.Stream(non_blocking=True)
+        cp.cuda.Device(dev).synchronize()
+        core = Device(dev).create_stream()
+        with redist.Redistribute(a, Slab.X, Slab.Y) as r:
+            r.plan(stream=cs)
+            for s in (cs, cs.ptr, core, None):
+                res = r.execute(stream=s)
+                cp.cuda.Device(dev).synchronize()
+                check(f"stream {type(s).__name__}", cp.asnumpy(res), glob[osl])
+        core.close()
+
+    def out_and_function_form():
+        a = cp.asarray(glob[isl])
+        o1 = redist.allocate_symmetric_memory(obox.box_shape, cp, dtype=np.float64, make_symmetric=True)
+        o2 = redist.allocate_symmetric_memory(obox.box_shape, "cupy", dtype="float64", make_symmetric=True)
+        with redist.Redistribute(a, Slab.X, Slab.Y, options={"blocking": True}) as r:
+            r.plan()
+            for i in range(6):
+                o = (o1, o2, None)[i % 3]
+                res = r.execute(out=o)
+                if o is not None:
+                    assert res is o
+                check(f"out= {i}", cp.asnumpy(res), glob[osl])
+                comm.Barrier()
+        res = redist.redistribute(a, Slab.X, Slab.Y)
+        cp.cuda.get_current_stream().synchronize()
+        check("function form", cp.asnumpy(res), glob[osl])
+        redist.free_symmetric_memory(res, o1, o2)
+        for bad, exc, msg in (
+            (lambda: redist.free_symmetric_memory(o1), ValueError, "double free"),
+            (lambda: redist.allocate_symmetric_memory((2, 2), np), ValueError, "The package must be one of"),
+            (lambda: redist.free_symmetric_memory(np.zeros(3)), TypeError, "CPU"),
+            (lambda: redist.free_symmetric_memory(cp.zeros(3)), ValueError, "symmetric heap"),
+        ):
+            try:
+                bad()
+                fails.add(f"api symmetric errors: expected {exc.__name__} '{msg}'")
+            except exc as e:
+                if msg not in str(e):
+                    fails.add(f"api symmetric errors: {exc.__name__} without '{msg}': {e}")
+        t = redist.allocate_symmetric_memory((3, 4), torch, dtype=torch.float32, axis_order="F")
+        assert t.is_cuda and t.shape == (3, 4) and t.stride() == (1, 3)
+        t.fill_(1.5)
+        redist.free_symmetric_memory(t)
+
+    try:
+        step("cupy", cupy_basic)
+        step("torch", torch_basic)
+        step("host on GPU", host_on_gpu)
+        step("raw and streams", raw_and_streams)
+        step("out= and function form", out_and_function_form)
+    except RuntimeError as e:
+        log(str(e))
+    redist.finalize()
+
+
+# ------------------------------------------------------------------------------------------------
+# bench mode
+# ------------------------------------------------------------------------------------------------
+
+
+def run_bench(fails: Fails, sizes=(32, 64, 128, 256, 512), transports=("auto",)):
+    import statistics
+
+    import cupy as cp
+    import redist
+    from redist import Slab
+
+    dev = local_device()
+    cp.cuda.Device(dev).use()
+    redist.initialize(device_id=dev)
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def timed(fn, iters, reps=7, warm=5):
+        for _ in range(warm):
+            fn()
+        stream.synchronize()
+        ts = []
+        for _ in range(reps):
+            comm.Barrier()
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record(stream)
+            for _ in range(iters):
+                fn()
+            e1.record(stream)
+            e1.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / iters)
+        return max(comm.allgather(statistics.median(ts)))
+
+    rows = []
+    for transport in transports:
+        for n in sizes:
+            g = (n, n, n)
+            ib = Slab.X.box(rank, g, nranks=P)
+            with stream:
+                a = (
+                    cp.random.random(ib.box_shape, dtype=cp.float32)
+                    + 1j * cp.random.random(ib.box_shape, dtype=cp.float32)
+                ).astype(cp.complex64)
+                a2 = a * 2
+            stream.synchronize()
+            iters = 200 if n <= 128 else (50 if n == 256 else 10)
+            r = redist.Redistribute(a, Slab.X, Slab.Y, options={"transport": transport}, stream=stream)
+            r.plan(stream=stream)
+            row = dict(n=n, P=P, transport=transport, MB=round(n**3 * 8 / 1e6, 1))
+            row["redist_us"] = timed(lambda r=r: r.execute(stream=stream), iters)
+            exe = r._path.executable
+            if rank == 0 and n == sizes[0]:
+                log(f"graph nodes {exe._exec.count_nodes()}\n{exe.describe()}")
+            row["engine_us"] = timed(lambda exe=exe: exe.execute(stream.ptr), iters)
+            stream.synchronize()
+            comm.Barrier()
+            k = 300 if n <= 128 else 40
+            t0 = time.perf_counter()
+            for _ in range(k):
+                r.execute(stream=stream)
+            row["execute_host_us"] = max(comm.allgather((time.perf_counter() - t0) / k * 1e6))
+            stream.synchronize()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for i in range(k):
+                r.reset_operand_unchecked(a2 if i % 2 == 0 else a, stream=stream)
+            row["rebind_host_us"] = max(comm.allgather((time.perf_counter() - t0) / k * 1e6))
+            p1, p2 = int(a.data.ptr), int(a2.data.ptr)
+            t0 = time.perf_counter()
+            for i in range(k):
+                exe.bind_input(p2 if i % 2 == 0 else p1)
+            row["engine_rebind_us"] = max(comm.allgather((time.perf_counter() - t0) / k * 1e6))
+            r.reset_operand_unchecked(a, stream=stream)
+            stream.synchronize()
+            b = cp.empty_like(a)
+            row["d2d_copy_us"] = timed(
+                lambda a=a, b=b: b.data.copy_from_device_async(a.data, a.nbytes, stream), iters
+            )
+            r.free()
+            a = a2 = b = None
+            cp.get_default_memory_pool().free_all_blocks()
+            rows.append(row)
+            if rank == 0:
+                log(row)
+    if rank == 0:
+        keys = [
+            "n",
+            "P",
+            "transport",
+            "MB",
+            "redist_us",
+            "engine_us",
+            "d2d_copy_us",
+            "execute_host_us",
+            "rebind_host_us",
+            "engine_rebind_us",
+        ]
+        print("| " + " | ".join(keys) + " |")
+        for row in rows:
+            print(
+                "| "
+                + " | ".join(f"{row[k]:.1f}" if isinstance(row[k], float) else str(row[k]) for k in keys)
+                + " |"
+            )
+        out = os.environ.get("REDIST_BENCH_OUT")
+        if out:
+            import json
+
+            with open(out, "w") as f:
+                json.dump(rows, f, indent=1)
+    redist.finalize()
+
+
+def run_heap(fails: Fails):
+    """With a small heap (NVSHMEM_SYMMETRIC_SIZE set by the caller), a too-large allocation fails
+    cleanly on every rank, names the size to set, and the runtime keeps working."""
+    import cupy as cp
+    from redist.engine.cuda import runtime
+    from redist.engine.errors import InvalidValueError
+
+    dev = local_device()
+    cp.cuda.Device(dev).use()
+    rt = runtime.start(comm, dev)
+    try:
+        try:
+            rt.sym_alloc(8 << 30)
+            fails.add("heap: an 8 GiB symmetric allocation did not fail")
+        except InvalidValueError as e:
+            if "NVSHMEM_SYMMETRIC_SIZE" not in str(e) or "NVSHMEM_MAX_MEMORY_PER_GPU" not in str(e):
+                fails.add(f"heap: message does not name the settings: {e}")
+            if rank == 0:
+                log(f"heap error: {e}")
+        p = rt.sym_alloc(1 << 20)
+        rt.sym_free(p)
+    finally:
+        runtime.stop()
+
+
+MODES = {"engine": run_engine, "replay": run_replay, "api": run_api, "bench": run_bench, "heap": run_heap}
+
+
+def main():
+    mode = sys.argv[1]
+    fails = Fails()
+    try:
+        if mode == "bench" and len(sys.argv) > 2:
+            run_bench(
+                fails,
+                sizes=tuple(int(x) for x in sys.argv[2].split(",")),
+                transports=tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else ("auto",),
+            )
+        else:
+            MODES[mode](fails)
+    except Exception:  # noqa: BLE001
+        fails.add(f"{mode}: {traceback.format_exc()}")
+    total = comm.allreduce(len(fails.items))
+    if rank == 0:
+        print("ALL OK" if total == 0 else f"{total} FAILURE(S)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
