@@ -37,14 +37,26 @@ import redist
 from redist._operands import RawArray
 
 iters, trials, edge = map(int, sys.argv[1:4])
-redist.initialize(device_id="cpu")
-a, b, out = (np.zeros((edge, edge)) for _ in range(3))
-raw = lambda x: RawArray(x.ctypes.data, x.shape, None, 8, memory="cpu", order="C")
-ra, rb, rout = raw(a), raw(b), raw(out)
+device = sys.argv[4] == "device"
+if device:
+    import cupy as cp
+    redist.initialize()
+    dev = redist.get_context().device_id
+    a, b = (cp.zeros((edge, edge)) for _ in range(2))
+    raw = lambda x: RawArray(x.data.ptr, x.shape, None, 8, memory="cuda", device_id=dev, order="C")
+    drain = cp.cuda.Device(dev).synchronize
+    ra, rb = raw(a), raw(b)
+else:
+    redist.initialize(device_id="cpu")
+    a, b, out = (np.zeros((edge, edge)) for _ in range(3))
+    raw = lambda x: RawArray(x.ctypes.data, x.shape, None, 8, memory="cpu", order="C")
+    drain = lambda: None
+    ra, rb, rout = raw(a), raw(b), raw(out)
 r = redist.Redistribute(ra, ((0, 0), (edge, edge)), ((0, 0), (edge, edge)))
 r.plan()
 for _ in range(iters // 10):
     r.execute()
+drain()
 
 def best(fn):
     t = 1e30
@@ -52,6 +64,7 @@ def best(fn):
         t0 = time.perf_counter()
         fn()
         t = min(t, (time.perf_counter() - t0) / iters)
+        drain()
     return t * 1e6
 
 def loop_execute():
@@ -72,7 +85,8 @@ def loop_context():
         redist.get_context().process_group
 
 print("execute %.4f" % best(loop_execute))
-print("execute_out %.4f" % best(loop_execute_out))
+if not device:
+    print("execute_out %.4f" % best(loop_execute_out))
 print("reset_operand_unchecked %.4f" % best(loop_reset))
 print("bridge_comm_rank %.4f" % best(loop_context))
 r.free()
@@ -99,15 +113,24 @@ def main(argv=None) -> int:
     p.add_argument("--edge", type=int, default=4)
     p.add_argument("--lib", default=None, help="an existing build directory (python -m redist.cabi build --out DIR)")
     p.add_argument("--csv", default=None, help="also write the table here")
+    p.add_argument("--device", action="store_true",
+                   help="device memory + CUDA execution (needs a GPU, CUDA headers and libcudart); "
+                        "use a small --iters (below the launch queue depth), e.g. 256")
     a = p.parse_args(argv)
 
     from redist.cabi import _testing as T
 
     with tempfile.TemporaryDirectory(prefix="bench-cabi-") as tmp:
         built = T.build_once(Path(a.lib) if a.lib else Path(tmp) / "lib")
-        exe = T.compile_c(T.CHECKS / "bench_execute.c", Path(tmp) / "bench_execute", built)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "REDIST_PYTHON")}
-        args = [str(a.iters), str(a.trials), str(a.edge)]
+        extra = []
+        if a.device:
+            cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+            libdir = next(p for p in (cuda / "lib64", cuda / "lib") if (p / "libcudart.so").exists())
+            extra = ["-DREDIST_BENCH_CUDA", f"-I{cuda / 'include'}", f"-L{libdir}", "-lcudart", f"-Wl,-rpath,{libdir}"]
+        exe = T.compile_c(T.CHECKS / "bench_execute.c", Path(tmp) / "bench_execute", built, extra=extra)
+        keep = ("PYTHONPATH",) if a.device else ()  # the GPU image installs redist under PYTHONPATH
+        env = {k: v for k, v in os.environ.items() if k in keep or k not in ("PYTHONHOME", "PYTHONPATH", "REDIST_PYTHON")}
+        args = [str(a.iters), str(a.trials), str(a.edge), "device" if a.device else "host"]
         c = subprocess.run([str(exe), *args], check=False, capture_output=True, text=True, env=env,
                            timeout=600)
         if c.returncode != 0:
@@ -120,7 +143,9 @@ def main(argv=None) -> int:
             return 1
     cr, pr = parse(c.stdout), parse(py.stdout)
 
-    print(f"# redist C ABI call overhead: {a.edge}x{a.edge} float64, 1 process, best of {a.trials} x {a.iters} calls")
+    where = "device memory, CUDA graph execution" if a.device else "host memory"
+    print(f"# redist C ABI call overhead: {a.edge}x{a.edge} float64 ({where}), 1 process, "
+          f"best of {a.trials} x {a.iters} calls")
     print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}, {platform.system()}")
     header = ("call", "C (us)", "Python (us)", "added (us)")
     rows = []
