@@ -84,6 +84,11 @@ def find_fortran_compiler(fc: str | None = None) -> str | None:
     return os.environ.get("FC") or shutil.which("gfortran")
 
 
+def _build_pythonpath() -> str:
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(os.path.abspath(p) for p in parts)
+
+
 def _executable() -> str:
     exe = sys.executable
     if not exe or not os.access(exe, os.X_OK):
@@ -109,6 +114,9 @@ def build(out_dir: str | os.PathLike | None = None, *, fortran: bool | str = Tru
         f"#define REDIST_BAKED_EXECUTABLE {_c_string(_executable())}",
         f"#define REDIST_BAKED_VERSION {_c_string(redist.__version__)}",
         f"#define REDIST_BAKED_PYVERSION {_c_string('{}.{}'.format(*sys.version_info[:2]))}",
+        # An environment that reaches redist through PYTHONPATH (e.g. pip install --target DIR)
+        # is part of "the environment it was built in": used when the caller sets no PYTHONPATH.
+        f"#define REDIST_BAKED_PYTHONPATH {_c_string(_build_pythonpath())}",
         '#line 1 "redist_shim.c"',
         shim,
     ])

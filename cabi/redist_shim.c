@@ -133,6 +133,11 @@ static int redist_boot_interpreter(void)
     config.parse_argv = 0;
     /* The executable path is what locates a venv (its pyvenv.cfg) and the stdlib. */
     status = PyConfig_SetBytesString(&config, &config.executable, exe);
+    {
+        const char *pp = getenv("PYTHONPATH");
+        if (!PyStatus_Exception(status) && !(pp != NULL && pp[0] != '\0') && REDIST_BAKED_PYTHONPATH[0] != '\0')
+            status = PyConfig_SetBytesString(&config, &config.pythonpath_env, REDIST_BAKED_PYTHONPATH);
+    }
     if (!PyStatus_Exception(status))
         status = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
