@@ -2,7 +2,7 @@
 # Everything we run on the lent 2xH200 machine, in one call (see perf/RESULTS.md for the output).
 # Usage (device tool, kind nvidia-h200-x2, carry .whl):  bash perf/h200_run.sh [quick]
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl . || exit 1
+python3 -m pip install -q --upgrade --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl . || exit 1
 export PYTHONPATH=/tmp/site NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export NVSHMEM_SYMMETRIC_SIZE=${NVSHMEM_SYMMETRIC_SIZE:-24G}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -24,7 +24,7 @@ python3 perf/bench_cabi.py --device --iters 256 --trials 30 2>&1 | tee "$OUT/cab
 [ "$1" = quick ] && exit 0
 step host backend scaling on the 32-core host
 for P in 2 4 8 16; do
-  REDIST_DEVICE=cpu $MPI -n $P python3 perf/bench_host.py --sizes 128 256 --iters 20 --no-lowercase --directions XY 2>&1 | grep -E "hybrid|baseline" | sed "s/^/P=$P /"
+  REDIST_DEVICE=cpu $MPI -n $P python3 perf/bench_host.py --sizes 128 256 --iters 20 --no-lowercase --directions XY 2>&1 | grep -a -E "hybrid|baseline|rror" | sed "s/^/P=$P /"
 done | tee "$OUT/host_scaling.txt"
 step full test-suite on Open MPI
 timeout 420 python3 -m pytest -q -p no:cacheprovider -x 2>&1 | tee "$OUT/pytest_all.txt" | tail -5

@@ -8,6 +8,6 @@ strategies and engine/DESIGN.md for the contract.
 mpi4py is imported on first use (lowering), not at import.
 """
 
-from .executable import AUTO_METHOD, METHODS, HostExecutable, lower
+from .executable import AUTO_METHOD, METHODS, HostExecutable, available_methods, lower
 
-__all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "lower"]
+__all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "available_methods", "lower"]

@@ -47,12 +47,12 @@ import time
 
 import numpy as np
 
-from ..errors import CommunicationError, InvalidStateError, InvalidValueError
+from ..errors import CommunicationError, InvalidStateError, InvalidValueError, NotSupportedError
 from ..plan import STAGING_ALIGN, Plan, Transfer
 from ..strided import HostBuffer
 from ._datatypes import copy_views, empty_bytes, is_contiguous, region_datatype, span_bytes
 
-__all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "lower"]
+__all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "available_methods", "lower"]
 
 METHODS = ("hybrid", "datatype", "pack", "alltoallw")
 AUTO_METHOD = "hybrid"
@@ -438,6 +438,23 @@ class HostExecutable:
         return f"<HostExecutable rank={self.plan.rank}/{self.plan.nranks} method={self.method}>"
 
 
+_AVAILABLE: tuple[str, ...] | None = None
+
+
+def available_methods() -> tuple[str, ...]:
+    """:data:`METHODS` this MPI library supports ("alltoallw" needs MPI-4 persistent collectives)."""
+    global _AVAILABLE
+    if _AVAILABLE is None:
+        MPI = _mpi()
+        try:  # probe on COMM_SELF: mpi4py raises NotImplementedError when the library lacks it
+            req = MPI.COMM_SELF.Alltoallw_init([MPI.BOTTOM, [0], [0], [MPI.BYTE]], [MPI.BOTTOM, [0], [0], [MPI.BYTE]])
+            req.Free()
+            _AVAILABLE = METHODS
+        except (NotImplementedError, MPI.Exception):
+            _AVAILABLE = tuple(m for m in METHODS if m != "alltoallw")
+    return _AVAILABLE
+
+
 def lower(plan: Plan, comm, *, logger: logging.Logger | None = None, method: str = "auto") -> HostExecutable:
     """Lower ``plan`` for MPI on ``comm`` (collective over ``comm``).
 
@@ -469,6 +486,11 @@ def lower(plan: Plan, comm, *, logger: logging.Logger | None = None, method: str
         raise InvalidValueError("lowering failed on another rank (bad method or communicator)")
     if agree[0] != -agree[1]:
         raise InvalidValueError(f"ranks disagree on the host method (this rank: {chosen!r})")
+    if chosen not in available_methods():  # the same library on every rank: raised everywhere
+        raise NotSupportedError(
+            f"host method {chosen!r} needs MPI-4 persistent collectives (MPI_Alltoallw_init), which this MPI "
+            f"library ({MPI.Get_library_version().splitlines()[0].strip()}) lacks; use one of {available_methods()}"
+        )
     t1 = time.perf_counter()
     dup = comm.Dup()
     t2 = time.perf_counter()
