@@ -14,7 +14,7 @@
  *      and launches that graph every step with new input, checking every element.
  *
  * Needs CUDA (headers + libcudart) and a GPU per process; without the headers this file
- * compiles to a stub that says so. Device: MPI_LOCALRANKID (set by MPICH's mpiexec) modulo
+ * compiles to a stub that says so. Device: the launcher's local rank (MPICH, Open MPI, Slurm) modulo
  * the visible GPUs, passed to redist_initialize and cudaSetDevice alike.
  *
  *   cc device_loop.c -I$CUDA_HOME/include -L$CUDA_HOME/lib64 -lcudart \
@@ -86,7 +86,12 @@ int main(int argc, char **argv)
 {
     int64_t gs[3] = {64, 48, 40};
     int steps = 10, ndev = 0, device;
+    /* the launcher's local rank: MPICH/Hydra, Open MPI, Slurm */
     const char *local = getenv("MPI_LOCALRANKID");
+    if (!local)
+        local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local)
+        local = getenv("SLURM_LOCALID");
     for (int a = 1; a < argc && a <= 3; a++)
         gs[a - 1] = atoll(argv[a]);
     if (argc > 4)

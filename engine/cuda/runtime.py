@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 
-from ..errors import CudaError, InvalidStateError, InvalidValueError, NotInitializedError
+from ..errors import CudaError, InvalidStateError, InvalidValueError, NotInitializedError, NotSupportedError
 from .graph import check, driver_api
 
 __all__ = ["Runtime", "current", "is_started", "start", "stop"]
@@ -341,6 +341,35 @@ def _set_env_defaults(comm) -> None:
         os.environ.setdefault("NVSHMEM_REMOTE_TRANSPORT", "none")
 
 
+def _check_one_process_per_gpu(comm, device_id: int) -> None:
+    """Collective: refuse two ranks on one GPU (NVSHMEM's multi-PE-per-GPU mode cannot be captured)."""
+    import socket
+
+    where = None
+    try:
+        from cuda.bindings import driver
+
+        driver.cuInit(0)
+        err, dev = driver.cuDeviceGet(device_id)
+        if err == driver.CUresult.CUDA_SUCCESS:
+            err, bus = driver.cuDeviceGetPCIBusId(32, dev)
+            if err == driver.CUresult.CUDA_SUCCESS:
+                where = bus.split(b"\0", 1)[0].decode() if isinstance(bus, bytes) else str(bus)
+    except Exception:  # noqa: BLE001 -- no answer: skip the check rather than fail start-up
+        where = None
+    keys = comm.allgather(None if where is None else (socket.gethostname(), where))
+    seen: dict = {}
+    for r, k in enumerate(keys):
+        if k is None:
+            continue
+        if k in seen:
+            raise NotSupportedError(
+                f"ranks {seen[k]} and {r} both use the GPU at PCI {k[1]} on host {k[0]}: redist runs one process per "
+                "GPU (pass redist.initialize(device_id=...) or set CUDA_VISIBLE_DEVICES per rank)"
+            )
+        seen[k] = r
+
+
 def start(comm, device_id: int) -> Runtime:
     """Collective: CUDA device ``device_id`` + NVSHMEM (UID bootstrap over ``comm``). Returns the Runtime."""
     global _rt
@@ -353,6 +382,7 @@ def start(comm, device_id: int) -> Runtime:
             ):
                 return _rt
             raise InvalidStateError(f"the redist CUDA runtime is already started ({_rt!r}); stop() it first")
+        _check_one_process_per_gpu(comm, int(device_id))
         _set_env_defaults(comm)
         rt = Runtime(comm, device_id)
         rt._bring_up()
