@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -57,3 +58,23 @@ def test_single_process_without_mpiexec():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "single ok" in res.stdout, res.stdout + res.stderr
+
+
+def test_logging_stages_with_times():
+    """options.logger gets each stage with its time: construction, planning (+ per-peer bytes), execute."""
+    code = (
+        "import logging, io, numpy as np, redist\n"
+        "buf = io.StringIO(); log = logging.getLogger('redist-test'); log.setLevel(logging.DEBUG)\n"
+        "log.addHandler(logging.StreamHandler(buf))\n"
+        "a = np.arange(24.).reshape(4, 6)\n"
+        "with redist.Redistribute(a, redist.Slab.X, redist.Slab.Y, options={'logger': log}) as r:\n"
+        "    r.plan(); r.execute()\n"
+        "print(buf.getvalue())\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "Redistribute: 1 ranks" in out and "execution cpu" in out, out
+    assert re.search(r"plan: [0-9.]+ ms on cpu; rank 0 sends \{\}, receives \{\}, keeps 192 B", out), out
+    assert re.search(r"execute: [0-9.]+ ms \(host backend, blocking\)", out), out
+    assert "Plan rank 0/1" in out  # DEBUG: the plan's describe()

@@ -502,7 +502,24 @@ def run_api(fails: Fails):
         t.fill_(1.5)
         redist.free_symmetric_memory(t)
 
+    def wrong_device():
+        # rank 0 hands in an array on the other GPU: every rank must raise the same error
+        if cp.cuda.runtime.getDeviceCount() < 2:
+            return
+        other = (dev + 1) % cp.cuda.runtime.getDeviceCount()
+        with cp.cuda.Device(other if rank == 0 else dev):
+            a = cp.asarray(glob[isl])
+        got = None
+        try:
+            redist.Redistribute(a, Slab.X, Slab.Y)
+        except ValueError as e:
+            got = str(e)
+        every = comm.allgather(got)
+        if got is None or "rank 0" not in got or "device" not in got or len(set(every)) != 1:
+            fails.add(f"api wrong device: expected the same error naming rank 0 on every rank, got {every}")
+
     try:
+        step("wrong device", wrong_device)
         step("cupy", cupy_basic)
         step("torch", torch_basic)
         step("host on GPU", host_on_gpu)
