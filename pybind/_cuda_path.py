@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 
 from ._operands import Operand, host_result
-from ._paths import ExecutionPath
+from ._paths import ExecutionPath, out_format_problem
 from .engine.errors import CudaError, InvalidTypeError, InvalidValueError, NotSupportedError
 
 __all__ = ["CudaPath", "stream_handle"]
@@ -226,16 +226,9 @@ class CudaPath(ExecutionPath):
                 return f"out= must be in GPU memory like the operand, got a {op.package} array in host memory"
             if op.device_id is not None and op.device_id != self._dev:
                 return f"out= is on CUDA device {op.device_id}, expected device {self._dev}"
-        if op.package != t.package:
-            return f"out= must be a {t.package} array like the operand, got {op.package}"
-        if op.dtype_name != t.dtype_name or op.itemsize != t.itemsize:
-            return f"out= has dtype {op.dtype_name}, expected {t.dtype_name}"
-        if op.shape != p.out_shape:
-            return f"out= has shape {op.shape}, expected {p.out_shape}"
-        if op.size > 1 and op.strides != p.out_strides:
-            return f"out= has element strides {op.strides}, expected dense {p.out_order}-order strides {p.out_strides}"
-        if self._host:
-            return None
+        problem = out_format_problem(op, t, p)
+        if problem is not None or self._host:
+            return problem
         rt, exe = self._rt, self._exe
         nbytes = op.size * op.itemsize
         ent = rt.sym_lookup(op.ptr)

@@ -18,6 +18,20 @@ from .engine.strided import HostBuffer
 __all__ = ["ExecutionPath", "HostPath"]
 
 
+def out_format_problem(op: Operand, template: Operand, plan) -> str | None:
+    """Why ``op`` does not look like the result (package, dtype, shape, dense strides), or None."""
+    if op.package != template.package:
+        return f"out= must be a {template.package} array like the operand, got {op.package}"
+    if op.dtype_name != template.dtype_name or op.itemsize != template.itemsize:
+        return f"out= has dtype {op.dtype_name}, expected {template.dtype_name}"
+    if op.shape != plan.out_shape:
+        return f"out= has shape {op.shape}, expected {plan.out_shape}"
+    if op.size > 1 and op.strides != plan.out_strides:
+        return (f"out= has element strides {op.strides}, expected dense {plan.out_order}-order strides "
+                f"{plan.out_strides}")
+    return None
+
+
 class ExecutionPath(ABC):
     """Interface the Redistribute state machine uses. Methods marked collective are."""
 
@@ -100,18 +114,9 @@ class HostPath(ExecutionPath):
         self._exe.release_input()
 
     def out_problem(self, op: Operand) -> str | None:
-        p, t = self._plan, self._template
         if op.memory != "cpu":
             return f"out= must be in host memory like the operand, got a {op.package} array on {op.memory}"
-        if op.package != t.package:
-            return f"out= must be a {t.package} array like the operand, got {op.package}"
-        if op.dtype_name != t.dtype_name or op.itemsize != t.itemsize:
-            return f"out= has dtype {op.dtype_name}, expected {t.dtype_name}"
-        if op.shape != p.out_shape:
-            return f"out= has shape {op.shape}, expected {p.out_shape}"
-        if op.size > 1 and op.strides != p.out_strides:
-            return f"out= has element strides {op.strides}, expected dense {p.out_order}-order strides {p.out_strides}"
-        return None
+        return out_format_problem(op, self._template, self._plan)
 
     def execute(self, *, stream=None, out=None, release_workspace=False, sync_symmetric_memory=True):
         target = self._result_op if out is None else out

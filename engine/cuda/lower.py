@@ -793,15 +793,7 @@ class CudaExecutable:
         if ptr == self._in_ptr:
             return
         self._in_ptr = ptr
-        a = ptr & -ptr if ptr else 16
-        a = min(a, 16)
-        for kern in self._in_kernels:
-            launch = kern.launch
-            launch.a_in.value = ptr
-            if a != kern.in_align:
-                kern.in_align = a
-                launch.set_vec(self._pick(kern))
-            launch.update()
+        self._update(self._in_kernels, "a_in", "in_align", ptr)
 
     def bind_output(self, ptr: int) -> None:
         """Write into the symmetric buffer ``ptr`` (same heap offset on every rank) instead of the result."""
@@ -809,13 +801,16 @@ class CudaExecutable:
         if delta == self._out_delta:
             return
         self._out_delta = delta
-        a = delta & -delta if delta else 16
-        a = min(a, 16)
-        for kern in self._out_kernels:
+        self._update(self._out_kernels, "a_delta", "out_align", delta)
+
+    def _update(self, kernels, arg: str, align_attr: str, value: int) -> None:
+        """Set kernel argument ``arg`` to ``value`` in every node of ``kernels`` (vector width follows alignment)."""
+        a = min(value & -value, 16) if value else 16
+        for kern in kernels:
             launch = kern.launch
-            launch.a_delta.value = delta
-            if a != kern.out_align:
-                kern.out_align = a
+            getattr(launch, arg).value = value
+            if a != getattr(kern, align_attr):
+                setattr(kern, align_attr, a)
                 launch.set_vec(self._pick(kern))
             launch.update()
 
