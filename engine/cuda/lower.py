@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace, field
 
 import numpy as np
 
@@ -285,39 +285,13 @@ def _split(seg: Segment, limit: int) -> list[Segment]:
         c = max(1, limit // sub)
         for i in range(0, seg.outer[0], c):
             n = min(c, seg.outer[0] - i)
-            out.append(
-                Segment(
-                    seg.role,
-                    seg.peer,
-                    seg.src_space,
-                    seg.src_offset + i * s0,
-                    seg.dst_space,
-                    seg.dst_rank,
-                    seg.dst_offset + i * d0,
-                    n * sub,
-                    seg.row_bytes,
-                    (n,) + seg.outer[1:],
-                    seg.sstride,
-                    seg.dstride,
-                )
-            )
+            out.append(replace(seg, src_offset=seg.src_offset + i * s0, dst_offset=seg.dst_offset + i * d0,
+                               nbytes=n * sub, outer=(n,) + seg.outer[1:]))
         return out
     for i in range(seg.outer[0]):
         out += _split(
-            Segment(
-                seg.role,
-                seg.peer,
-                seg.src_space,
-                seg.src_offset + i * s0,
-                seg.dst_space,
-                seg.dst_rank,
-                seg.dst_offset + i * d0,
-                sub,
-                seg.row_bytes,
-                seg.outer[1:],
-                seg.sstride[1:],
-                seg.dstride[1:],
-            ),
+            replace(seg, src_offset=seg.src_offset + i * s0, dst_offset=seg.dst_offset + i * d0, nbytes=sub,
+                    outer=seg.outer[1:], sstride=seg.sstride[1:], dstride=seg.dstride[1:]),
             limit,
         )
     return out
