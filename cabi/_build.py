@@ -28,9 +28,18 @@ _CDEF = r"""
 extern "Python" int32_t _redist_py_initialize(int32_t, int32_t);
 extern "Python" int32_t _redist_py_finalize(void);
 extern "Python" int32_t _redist_py_comm_rank(int32_t *, int32_t *);
+typedef struct redist_options_s {
+    size_t struct_size;
+    int32_t version;
+    int32_t order;
+    int32_t transport;
+    int32_t host_method;
+    int32_t blocking;
+    int32_t reserved;
+} redist_options_t;
 extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int64_t *,
                                           const int64_t *, const int64_t *, const int64_t *, int64_t,
-                                          int32_t, int32_t, uintptr_t);
+                                          int32_t, int32_t, uintptr_t, const redist_options_t *);
 extern "Python" int32_t _redist_py_plan(intptr_t, uintptr_t);
 extern "Python" int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, uintptr_t *);
 extern "Python" int32_t _redist_py_reset_operand(intptr_t, uintptr_t);

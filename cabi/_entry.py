@@ -23,10 +23,9 @@ _ffi = None
 _lib = None
 # bound by install() (after mpi4py's start-up settings): no import statements on hot paths
 redist = None
-_runtime = None
 E = None  # redist.engine.errors
+_collective = None  # redist.engine.collective
 _RawArray = None
-_wrap = None
 
 #: bytes of message the C side keeps (REDIST_MSG_SIZE - 1)
 _MSG_MAX = 4095
@@ -62,7 +61,7 @@ class _Handle:
         self.itemsize, self.memory, self.device_id = op.itemsize, op.memory, op.device_id
         self.order = order
         self._ops = {op.ptr: op}
-        self._outs = {}
+        self._outs = {}  # address -> RawArray
 
     def operand(self, ptr: int):
         op = self._ops.get(ptr)
@@ -77,14 +76,14 @@ class _Handle:
         return op
 
     def out(self, ptr: int):
-        """``out=`` for ``ptr``: the RawArray, made once per address (see :func:`_execute`)."""
-        pair = self._outs.get(ptr)
-        if pair is None:
+        """``out=`` for ``ptr``: the RawArray, made once per address (Redistribute checks a new one)."""
+        raw = self._outs.get(ptr)
+        if raw is None:
             if len(self._outs) >= _CACHE_MAX:
                 self._outs.clear()
-            raw = _raw(ptr, self.out_shape, None, self.itemsize, self.memory, self.device_id, self.order)
-            pair = self._outs[ptr] = (raw, _wrap(raw))
-        return pair
+            raw = self._outs[ptr] = _raw(ptr, self.out_shape, None, self.itemsize, self.memory, self.device_id,
+                                         self.order)
+        return raw
 
 
 def _raw(ptr, shape, strides, itemsize, memory, device_id, order):
@@ -94,18 +93,11 @@ def _raw(ptr, shape, strides, itemsize, memory, device_id, order):
 # --- the barrier -----------------------------------------------------------------------------
 
 
-def _status(exc: BaseException) -> int:
-    if not isinstance(exc, E.RedistError):
-        mod = type(exc).__module__ or ""
-        if mod.startswith("mpi4py"):  # MPI.Exception: an MPI call failed
-            return E.STATUS["COMMUNICATION"]
-    return E.status_of(exc)
-
-
 def _fail(exc: BaseException, where: str) -> int:
     try:
-        code = _status(exc)
-        msg = f"{where}: {type(exc).__name__}: {exc}"
+        cls = E.redist_class_of(exc)  # the one table: the same status whichever layer raised
+        code = cls.status
+        msg = f"{where}: {cls.__name__}: {exc}"
         if os.environ.get("REDIST_TRACEBACK"):
             msg += "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         _lib._redist_set_last_error(msg.encode("utf-8", "replace")[:_MSG_MAX])
@@ -169,7 +161,7 @@ def _initialize(fortran_comm, device_id):
             "redist_finalize() finalized MPI (redist had initialized it), so redist cannot start again; "
             "call MPI_Init in the application to initialize and finalize redist several times"
         )
-    if _runtime.is_initialized():
+    if redist.is_initialized():
         raise E.InvalidStateError("redist is already initialized; call redist_finalize() first")
     if device_id == -1:
         dev = None
@@ -195,18 +187,18 @@ def _initialize(fortran_comm, device_id):
             raise E.InvalidValueError("fortran_comm is MPI_COMM_NULL")
         if comm.Is_inter():
             raise E.InvalidValueError("fortran_comm is an inter-communicator; redist needs an intra-communicator")
-    _runtime.initialize(device_id=dev, communicator=comm)
+    redist.initialize(device_id=dev, communicator=comm)
     return 0
 
 
 def _finalize():
     global _mpi_finalized
     try:
-        if _runtime.is_initialized():
+        if redist.is_initialized():
             # free our handles in creation order (the same on every rank), then the runtime
             for hid in sorted(_handles):
                 _handles.pop(hid).r.free()
-            _runtime.finalize()
+            redist.finalize()
     finally:
         _handles.clear()
         if _owns_mpi and not _mpi_finalized:
@@ -218,9 +210,9 @@ def _finalize():
 
 
 def _comm_rank(rank_p, nranks_p):
-    if not _runtime.is_initialized():
+    if not redist.is_initialized():
         raise E.NotInitializedError("call redist_initialize() first")
-    pg = _runtime.get_context().process_group
+    pg = redist.get_context().process_group
     if rank_p:
         rank_p[0] = pg.rank
     if nranks_p:
@@ -228,16 +220,50 @@ def _comm_rank(rank_p, nranks_p):
     return 0
 
 
+_TRANSPORTS = ("auto", "push", "put")
+_HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw")
+_OPTIONS_VERSION = 1
+
+
+def _options(ptr, order: int) -> dict:
+    """The Redistribute options of redist_create (``order``) or redist_create_ex (``ptr``)."""
+    if order >= 0:  # redist_create: only the order
+        if order not in (0, 1):
+            raise ValueError(f"order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {order}")
+        return {"result_layout": "CF"[order]}
+    if not ptr:
+        return {"result_layout": "C"}
+    size = int(ptr.struct_size)
+    want = _ffi.sizeof("redist_options_t")
+    if size != want:
+        raise ValueError(f"options->struct_size is {size}, but this library reads redist_options_t of {want} bytes "
+                         "(version 1): initialize the options with redist_options_init()")
+    if ptr.version != _OPTIONS_VERSION:
+        raise ValueError(f"options->version is {ptr.version}; this library knows version {_OPTIONS_VERSION} "
+                         "(initialize the options with redist_options_init())")
+    if ptr.order not in (0, 1):
+        raise ValueError(f"options->order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {ptr.order}")
+    if not 0 <= ptr.transport < len(_TRANSPORTS):
+        raise ValueError(f"options->transport must be a redist_transport_t (0..2), got {ptr.transport}")
+    if not 0 <= ptr.host_method < len(_HOST_METHODS):
+        raise ValueError(f"options->host_method must be a redist_host_method_t (0..4), got {ptr.host_method}")
+    if ptr.blocking not in (0, 1):
+        raise ValueError(f"options->blocking must be 0 or 1, got {ptr.blocking}")
+    if ptr.reserved != 0:
+        raise ValueError(f"options->reserved must be 0, got {ptr.reserved}")
+    return {"result_layout": "CF"[ptr.order], "transport": _TRANSPORTS[ptr.transport],
+            "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto"}
+
+
 def _create(handle_p, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_size, order, memory,
-            operand):
+            operand, options_p):
     global _next_id
-    if not _runtime.is_initialized():
+    if not redist.is_initialized():
         raise E.NotInitializedError("call redist_initialize() before redist_create()")
-    ctx = _runtime.get_context()
-    pg = ctx.process_group
+    ctx = redist.get_context()
     # Decode locally, then agree: a bad argument on one rank fails redist_create on every rank.
-    problem = op = None
-    try:
+    op = None
+    with _collective.attempt(ctx.engine.comm) as step:
         if not handle_p:
             raise ValueError("handle (the redist_t * out-argument) is NULL")
         if not 1 <= ndim <= _MAX_NDIM:
@@ -248,31 +274,24 @@ def _create(handle_p, ndim, in_lower, in_upper, in_strides, out_lower, out_upper
         strides = _unpack(in_strides, ndim, "in_strides") if in_strides else None
         if element_size <= 0:
             raise ValueError(f"element_size must be positive, got {element_size}")
-        if order not in (0, 1):
-            raise ValueError(f"order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {order}")
+        opts = _options(options_p, order)
         if memory not in (0, 1):
             raise ValueError(f"memory must be REDIST_MEMORY_HOST (0) or REDIST_MEMORY_DEVICE (1), got {memory}")
         shape = tuple(h - l for l, h in zip(lo, hi))
         nelem = math.prod(max(0, n) for n in shape)
         if nelem and not operand:
             raise ValueError(f"operand is NULL but the input box holds {nelem} elements")
-        ordc = "CF"[order]
+        ordc = opts["result_layout"]
         op = _raw(operand, shape, strides, element_size, ("cpu", "cuda")[memory],
                   ctx.device_id if memory == 1 else None, ordc)
-    except Exception as e:  # noqa: BLE001 -- raised on every rank below
-        problem = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)
-    everyone = pg.allgather((problem, None if problem else (order, memory)))
-    for r, (p, _) in enumerate(everyone):
-        if p is not None:
-            raise E.InvalidValueError(f"rank {r}: {p}")
-    kinds = {k for _, k in everyone}
-    if len(kinds) > 1:
+        step.payload = (ordc, memory)
+    if len(set(step.gathered)) > 1:
         raise E.InvalidValueError(
             "order and memory must be the same on every rank; got (order, memory) = "
-            + ", ".join(f"rank {r}: {k}" for r, (_, k) in enumerate(everyone))
+            + ", ".join(f"rank {r}: {k}" for r, k in enumerate(step.gathered))
         )
     # The result is dense in the order the C caller names, whatever the operand strides suggest.
-    r = redist.Redistribute(op, (lo, hi), (olo, ohi), options={"result_layout": ordc})
+    r = redist.Redistribute(op, (lo, hi), (olo, ohi), options=opts)
     try:
         hid = _next_id
         _next_id += 1
@@ -292,50 +311,20 @@ def _plan(hid, stream):
 
 def _execute(hid, stream, out, result_p):
     h = _handles.get(hid) or _lookup(hid)
-    r = h.r
     if not out:
-        res = r.execute(stream=stream or None)
+        res = h.r.execute(stream=stream or None)
     else:
-        pair = h._outs.get(out) or h.out(out)
-        if h.memory == "cpu" and getattr(r, "_last_out", pair) is not pair:
-            _trust_host_out(r, pair)
-        res = r.execute(stream=stream or None, out=pair[0])
+        res = h.r.execute(stream=stream or None, out=h._outs.get(out) or h.out(out))
     result_p[0] = res.ptr
     return 0
 
 
-def _trust_host_out(r, pair) -> None:
-    """Skip Redistribute's collective ``out=`` check for host memory.
-
-    The C layer builds ``out=`` itself (the output box's shape, dense in the handle's order),
-    so the check cannot fail, and for host memory nothing must agree across ranks. Without
-    this, a rank whose output box is empty and that passes out=NULL (engine-owned result)
-    while the others pass a buffer would leave them waiting in the check's allgather.
-    Checked locally once per address. (Uses Redistribute's cache of the last checked out=.)
-    """
-    last = getattr(r, "_last_out", False)
-    if last is False or (last is not None and last[0] is pair[0]):
-        return
-    path = getattr(r, "_path", None)
-    if path is None:
-        return  # not planned (or freed): execute() raises the right error
-    problem = path.out_problem(pair[1])
-    if problem is not None:
-        raise E.InvalidValueError(f"out= {problem}")
-    r._last_out = pair
-
-
 def _reset_operand(hid, operand):
     h = _handles.get(hid) or _lookup(hid)
-    problem = op = None
-    try:
-        op = h.operand(operand)
-    except Exception as e:  # noqa: BLE001 -- raised on every rank below
-        problem = str(e)
+    op = None
     # collective like the rest of reset_operand's checks: a NULL on one rank fails every rank
-    for r, p in enumerate(_runtime.get_context().process_group.allgather(problem)):
-        if p is not None:
-            raise E.InvalidValueError(f"rank {r}: {p}")
+    with _collective.attempt(redist.get_context().engine.comm):
+        op = h.operand(operand)
     h.r.reset_operand(op)
     return 0
 
@@ -392,13 +381,11 @@ def install(ffi, lib) -> None:
         mpi4py.rc.initialize = False
         mpi4py.rc.finalize = False
     # fail at start-up (REDIST_ERROR_PYTHON_INIT), not at the first call
-    global redist, _runtime, E, _RawArray, _wrap
+    global redist, E, _collective, _RawArray
     import redist as _redist
-    from redist import _runtime as _rt
-    from redist._operands import RawArray, wrap
-    from redist.engine import errors
+    from redist.engine import collective, errors
 
-    redist, _runtime, E, _RawArray, _wrap = _redist, _rt, errors, RawArray, wrap
+    redist, E, _collective, _RawArray = _redist, errors, collective, _redist.RawArray
 
     for name, body in _BODIES.items():
         where = "redist_" + name[len("_redist_py_"):]

@@ -31,7 +31,7 @@
 !>     call c_f_pointer(res, v, [nx, y1 - y0 + 1, nz])
 module redist
   use, intrinsic :: iso_c_binding, only: c_associated, c_char, c_f_pointer, c_int, c_int32_t, c_int64_t, &
-                                         c_loc, c_null_ptr, c_ptr, c_size_t
+                                         c_loc, c_null_ptr, c_ptr, c_size_t, c_sizeof
   implicit none
   private
 
@@ -56,6 +56,30 @@ module redist
   ! redist_memory_t
   integer(c_int), parameter, public :: REDIST_MEMORY_HOST = 0             !< host memory (MPI)
   integer(c_int), parameter, public :: REDIST_MEMORY_DEVICE = 1           !< CUDA device memory (NVSHMEM)
+  ! redist_transport_t
+  integer(c_int32_t), parameter, public :: REDIST_TRANSPORT_AUTO = 0        !< push where reachable, put elsewhere
+  integer(c_int32_t), parameter, public :: REDIST_TRANSPORT_PUSH = 1        !< peers' results written directly
+  integer(c_int32_t), parameter, public :: REDIST_TRANSPORT_PUT = 2         !< pack, NVSHMEM put, unpack
+  ! redist_host_method_t
+  integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_AUTO = 0      !< = hybrid
+  integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_HYBRID = 1    !< datatype or pack per message
+  integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_DATATYPE = 2  !< MPI derived datatypes
+  integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_PACK = 3      !< pack / unpack via staging
+  integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_ALLTOALLW = 4 !< persistent MPI-4 Alltoallw
+  integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 1       !< version of redist_options_t
+
+  !> Options of redist_create_ex (C: redist_options_t). Set them up with redist_options_init_f,
+  !> which fills struct_size and version, then change the fields you need.
+  type, bind(C), public :: redist_options_t
+    integer(c_size_t) :: struct_size = 0_c_size_t     !< c_sizeof(the options): set by redist_options_init_f
+    integer(c_int32_t) :: version = 0_c_int32_t       !< REDIST_OPTIONS_VERSION
+    integer(c_int32_t) :: order = 1_c_int32_t         !< REDIST_ORDER_F (Fortran default) or REDIST_ORDER_C
+    integer(c_int32_t) :: transport = 0_c_int32_t     !< REDIST_TRANSPORT_*
+    integer(c_int32_t) :: host_method = 0_c_int32_t   !< REDIST_HOST_METHOD_*
+    integer(c_int32_t) :: blocking = 0_c_int32_t      !< 1: device execution waits for the result
+    integer(c_int32_t) :: reserved = 0_c_int32_t      !< must be 0
+  end type redist_options_t
+
   ! redist_initialize() arguments
   integer(c_int32_t), parameter, public :: REDIST_COMM_WORLD = -1         !< use MPI_COMM_WORLD
   integer(c_int32_t), parameter, public :: REDIST_DEVICE_AUTO = -1        !< local rank modulo visible GPUs
@@ -64,6 +88,7 @@ module redist
   public :: redist_initialize, redist_finalize, redist_comm_rank, redist_create, redist_plan, redist_execute
   public :: redist_reset_operand, redist_reset_operand_unchecked, redist_release_operand, redist_free
   public :: redist_graph, redist_get_error_string, redist_get_last_error, redist_version
+  public :: redist_create_ex, redist_options_init_f
   public :: redist_create_f, redist_string, redist_last_error_message, redist_error_message
 
   ! The C API, one interface per function of redist.h. A C argument passed by value is `value`
@@ -111,6 +136,25 @@ module redist
       type(c_ptr), value :: operand
       integer(c_int32_t) :: status
     end function redist_create
+
+    !> Collective. redist_create with options (order, transport, host method, blocking); C
+    !> conventions as redist_create. options: from redist_options_init_f.
+    function redist_create_ex(handle, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_size, &
+                              memory, operand, options) bind(C, name="redist_create_ex") result(status)
+      import :: redist_t, redist_options_t, c_int, c_int32_t, c_int64_t, c_ptr
+      type(redist_t), intent(out) :: handle
+      integer(c_int32_t), value :: ndim
+      integer(c_int64_t), intent(in) :: in_lower(*)
+      integer(c_int64_t), intent(in) :: in_upper(*)
+      type(c_ptr), value :: in_strides
+      integer(c_int64_t), intent(in) :: out_lower(*)
+      integer(c_int64_t), intent(in) :: out_upper(*)
+      integer(c_int64_t), value :: element_size
+      integer(c_int), value :: memory
+      type(c_ptr), value :: operand
+      type(redist_options_t), intent(in) :: options
+      integer(c_int32_t) :: status
+    end function redist_create_ex
 
     !> Collective. stream: a cudaStream_t (device execution) or c_null_ptr.
     function redist_plan(handle, stream) bind(C, name="redist_plan") result(status)
@@ -206,9 +250,10 @@ contains
   !> column-major array and receives out_lbound..out_ubound. An empty box has ubound = lbound - 1.
   !> operand: c_loc(array) (c_null_ptr for an empty box). in_strides (optional): element
   !> strides of a non-contiguous operand (a section with ghost cells, say); dense by default.
-  !> The result is dense column-major.
+  !> The result is dense column-major, unless options (optional, from redist_options_init_f:
+  !> transport, host method, blocking, order) say otherwise.
   function redist_create_f(handle, in_lbound, in_ubound, out_lbound, out_ubound, element_size, memory, operand, &
-                           in_strides) result(status)
+                           in_strides, options) result(status)
     type(redist_t), intent(out) :: handle
     integer(c_int64_t), intent(in) :: in_lbound(:)
     integer(c_int64_t), intent(in) :: in_ubound(:)
@@ -218,12 +263,19 @@ contains
     integer(c_int), intent(in) :: memory
     type(c_ptr), intent(in) :: operand
     integer(c_int64_t), intent(in), optional :: in_strides(:)
+    type(redist_options_t), intent(in), optional :: options
     integer(c_int32_t) :: status
+    type(redist_options_t) :: opts
     integer(c_int64_t), allocatable, target :: lo(:), hi(:), olo(:), ohi(:), st(:)
     type(c_ptr) :: stp
     integer(c_int32_t) :: ndim
     logical :: same
 
+    if (present(options)) then
+      opts = options
+    else
+      call redist_options_init_f(opts)
+    end if
     ndim = int(size(in_lbound), c_int32_t)
     same = size(in_ubound) == ndim .and. size(out_lbound) == ndim .and. size(out_ubound) == ndim
     if (present(in_strides)) then
@@ -235,8 +287,7 @@ contains
       allocate(lo(1), hi(1))
       lo = 0
       hi = 0
-      status = redist_create(handle, -1_c_int32_t, lo, hi, c_null_ptr, lo, hi, element_size, REDIST_ORDER_F, &
-                             memory, operand)
+      status = redist_create_ex(handle, -1_c_int32_t, lo, hi, c_null_ptr, lo, hi, element_size, memory, operand, opts)
       return
     end if
     lo = in_lbound - 1_c_int64_t   ! 1-based inclusive -> 0-based half-open
@@ -248,8 +299,20 @@ contains
       st = in_strides
       stp = c_loc(st)
     end if
-    status = redist_create(handle, ndim, lo, hi, stp, olo, ohi, element_size, REDIST_ORDER_F, memory, operand)
+    status = redist_create_ex(handle, ndim, lo, hi, stp, olo, ohi, element_size, memory, operand, opts)
   end function redist_create_f
+
+  !> Default options (column-major result, as Fortran arrays), with struct_size and version set.
+  subroutine redist_options_init_f(options)
+    type(redist_options_t), intent(out) :: options
+    options%struct_size = c_sizeof(options)
+    options%version = REDIST_OPTIONS_VERSION
+    options%order = REDIST_ORDER_F
+    options%transport = REDIST_TRANSPORT_AUTO
+    options%host_method = REDIST_HOST_METHOD_AUTO
+    options%blocking = 0_c_int32_t
+    options%reserved = 0_c_int32_t
+  end subroutine redist_options_init_f
 
   !> A C string (const char *) as a Fortran string ("" for a null pointer).
   function redist_string(cstr) result(str)

@@ -33,6 +33,7 @@
 #ifndef REDIST_H
 #define REDIST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -66,6 +67,50 @@ typedef enum {
     REDIST_MEMORY_HOST = 0,  /**< host memory: exchanged over MPI */
     REDIST_MEMORY_DEVICE = 1 /**< CUDA device memory of redist's device: NVSHMEM + CUDA graphs */
 } redist_memory_t;
+
+/** How a GPU exchange reaches its peers (device memory only). */
+typedef enum {
+    REDIST_TRANSPORT_AUTO = 0, /**< push to every NVLink/P2P-reachable peer, put to the others */
+    REDIST_TRANSPORT_PUSH = 1, /**< one kernel stores into peers' results (every pair must be reachable) */
+    REDIST_TRANSPORT_PUT = 2   /**< pack, NVSHMEM put, unpack (works between nodes) */
+} redist_transport_t;
+
+/** How the MPI host backend moves strided regions (host memory only). */
+typedef enum {
+    REDIST_HOST_METHOD_AUTO = 0,     /**< = HYBRID */
+    REDIST_HOST_METHOD_HYBRID = 1,   /**< per message: MPI datatype or pack, whichever measured faster */
+    REDIST_HOST_METHOD_DATATYPE = 2, /**< MPI derived datatypes, no staging */
+    REDIST_HOST_METHOD_PACK = 3,     /**< pack / unpack through engine-owned staging */
+    REDIST_HOST_METHOD_ALLTOALLW = 4 /**< one persistent MPI-4 Alltoallw_init */
+} redist_host_method_t;
+
+/** The version of ::redist_options_t this header describes. */
+#define REDIST_OPTIONS_VERSION (1)
+
+/**
+ * Options of redist_create_ex(). Always start from redist_options_init(), which sets
+ * `struct_size` and `version` (so a library built from a newer header still reads a program
+ * built against this one), then change the fields you need. Every field must be equal on
+ * every process. A wrong `struct_size` or `version` is ::REDIST_ERROR_INVALID_VALUE (on
+ * every process, as redist_create_ex is collective).
+ */
+typedef struct redist_options_s {
+    size_t struct_size;  /**< sizeof(redist_options_t), set by redist_options_init() */
+    int32_t version;     /**< ::REDIST_OPTIONS_VERSION, set by redist_options_init() */
+    int32_t order;       /**< ::redist_order_t of the result (and of a dense operand); default C */
+    int32_t transport;   /**< ::redist_transport_t; default AUTO */
+    int32_t host_method; /**< ::redist_host_method_t; default AUTO */
+    int32_t blocking;    /**< 1: device execution waits for the result; 0 (default): returns once launched */
+    int32_t reserved;    /**< must be 0 */
+} redist_options_t;
+
+/** @brief Default options, with `struct_size` and `version` set (no Python needed). */
+static inline void redist_options_init(redist_options_t *options)
+{
+    redist_options_t defaults = {sizeof(redist_options_t), REDIST_OPTIONS_VERSION, REDIST_ORDER_C,
+                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, 0};
+    *options = defaults;
+}
 
 /** redist_initialize(): use MPI_COMM_WORLD (initializing MPI if the application did not). */
 #define REDIST_COMM_WORLD (-1)
@@ -127,6 +172,19 @@ redist_status_t redist_create(redist_t *handle, int32_t ndim,
                               void *operand);
 
 /**
+ * @brief redist_create() with options (see ::redist_options_t). Collective.
+ *
+ * The arguments are those of redist_create(), but the result order comes from
+ * `options->order`; `options` NULL means redist_options_init()'s defaults.
+ */
+redist_status_t redist_create_ex(redist_t *handle, int32_t ndim,
+                                 const int64_t *in_lower, const int64_t *in_upper,
+                                 const int64_t *in_strides,
+                                 const int64_t *out_lower, const int64_t *out_upper,
+                                 int64_t element_size, redist_memory_t memory, void *operand,
+                                 const redist_options_t *options);
+
+/**
  * @brief Build the transfer plan and lower it (host: MPI; device: CUDA graph). Collective.
  * @param stream  cudaStream_t for device execution, or NULL (the default stream / host).
  */
@@ -141,6 +199,8 @@ redist_status_t redist_plan(redist_t handle, void *stream);
  *                valid until the next redist_execute() or redist_free() of this handle.
  *                Non-NULL: write there instead (dense in `order`, the output box's shape;
  *                device memory: a symmetric (NVSHMEM) allocation, the same on every process).
+ *                Host memory: processes may differ in whether they pass `out` (a process
+ *                with an empty output box may pass NULL); `out` must not overlap the operand.
  * @param result  out: the result's address (`out` when given); may be NULL.
  * @return ::REDIST_ERROR_INVALID_STATE before redist_plan(), after redist_release_operand()
  *         (until a new operand is set) and after redist_free().

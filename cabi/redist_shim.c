@@ -61,7 +61,8 @@ static int32_t _redist_py_initialize(int32_t, int32_t);
 static int32_t _redist_py_finalize(void);
 static int32_t _redist_py_comm_rank(int32_t *, int32_t *);
 static int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int64_t *, const int64_t *,
-                                 const int64_t *, const int64_t *, int64_t, int32_t, int32_t, uintptr_t);
+                                 const int64_t *, const int64_t *, int64_t, int32_t, int32_t, uintptr_t,
+                                 const redist_options_t *);
 static int32_t _redist_py_plan(intptr_t, uintptr_t);
 static int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, uintptr_t *);
 static int32_t _redist_py_reset_operand(intptr_t, uintptr_t);
@@ -234,7 +235,26 @@ CFFI_DLLEXPORT redist_status_t redist_create(redist_t *handle, int32_t ndim, con
         *handle = NULL;
     REDIST_ENSURE_PYTHON();
     st = _redist_py_create(handle != NULL ? &h : NULL, ndim, in_lower, in_upper, in_strides, out_lower,
-                           out_upper, element_size, (int32_t)order, (int32_t)memory, (uintptr_t)operand);
+                           out_upper, element_size, (int32_t)order, (int32_t)memory, (uintptr_t)operand, NULL);
+    if (handle != NULL && st == REDIST_SUCCESS)
+        *handle = (redist_t)h;
+    return (redist_status_t)st;
+}
+
+/* order -1: the order comes from the options (NULL options: the defaults). */
+CFFI_DLLEXPORT redist_status_t redist_create_ex(redist_t *handle, int32_t ndim, const int64_t *in_lower,
+                                                const int64_t *in_upper, const int64_t *in_strides,
+                                                const int64_t *out_lower, const int64_t *out_upper,
+                                                int64_t element_size, redist_memory_t memory, void *operand,
+                                                const redist_options_t *options)
+{
+    intptr_t h = 0;
+    int32_t st;
+    if (handle != NULL)
+        *handle = NULL;
+    REDIST_ENSURE_PYTHON();
+    st = _redist_py_create(handle != NULL ? &h : NULL, ndim, in_lower, in_upper, in_strides, out_lower,
+                           out_upper, element_size, -1, (int32_t)memory, (uintptr_t)operand, options);
     if (handle != NULL && st == REDIST_SUCCESS)
         *handle = (redist_t)h;
     return (redist_status_t)st;

@@ -22,6 +22,8 @@ __all__ = [
     "BindDistributionError",
     "ConvertDistributionError",
     "STATUS",
+    "error_class",
+    "redist_class_of",
     "status_of",
 ]
 
@@ -101,20 +103,47 @@ class ConvertDistributionError(InvalidValueError):
     """A distribution cannot be converted to the requested kind (nvmath-compatible name)."""
 
 
-_BUILTIN_STATUS = (
-    (MemoryError, STATUS["INTERNAL"]),
-    (NotImplementedError, STATUS["NOT_SUPPORTED"]),
-    (ValueError, STATUS["INVALID_VALUE"]),
-    (TypeError, STATUS["INVALID_VALUE"]),
-    (IndexError, STATUS["INVALID_VALUE"]),
+# One table: which redist class a failure becomes, whatever layer meets it. Builtins a library
+# call may raise are translated here (never ad hoc), so one failure gives one class, one C status.
+_BUILTIN_CLASS = (
+    (NotImplementedError, NotSupportedError),
+    (OverflowError, InvalidValueError),  # e.g. a coordinate >= 2**63
+    (TypeError, InvalidTypeError),
+    (ValueError, InvalidValueError),
+    (IndexError, InvalidValueError),
+    (KeyError, InvalidValueError),
 )
+
+_BY_NAME: dict[str, type[RedistError]] = {}
+
+
+def _register_classes() -> None:
+    todo = [RedistError]
+    while todo:
+        cls = todo.pop()
+        _BY_NAME[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+
+
+def redist_class_of(exc: BaseException) -> type[RedistError]:
+    """The redist class ``exc`` is reported as (itself for redist errors)."""
+    if isinstance(exc, RedistError):
+        return type(exc)
+    if type(exc).__module__.startswith("mpi4py"):  # MPI.Exception: an MPI call failed
+        return CommunicationError
+    for builtin, cls in _BUILTIN_CLASS:
+        if isinstance(exc, builtin):
+            return cls
+    return InternalError
+
+
+def error_class(name: str) -> type[RedistError]:
+    """The redist class called ``name`` (InternalError for names redist does not know)."""
+    if not _BY_NAME:
+        _register_classes()
+    return _BY_NAME.get(name, InternalError)
 
 
 def status_of(exc: BaseException) -> int:
     """Return the ``redist_status_t`` code for any exception (builtins included)."""
-    if isinstance(exc, RedistError):
-        return exc.status
-    for cls, code in _BUILTIN_STATUS:
-        if isinstance(exc, cls):
-            return code
-    return STATUS["INTERNAL"]
+    return redist_class_of(exc).status

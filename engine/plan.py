@@ -32,7 +32,7 @@ import hashlib
 import math
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -153,8 +153,32 @@ def _copy(shape, src_off, src_st, dst_off, dst_st) -> Copy:
     return Copy(sh, src_off, s, dst_off, d)
 
 
-def _align(n: int) -> int:
-    return -(-n // STAGING_ALIGN) * STAGING_ALIGN
+def order_perm(out_order: str, ndim: int) -> list[int]:
+    """Axes from slowest- to fastest-varying in a dense ``out_order`` array ("C" or "F")."""
+    return list(range(ndim)) if out_order == "C" else list(range(ndim - 1, -1, -1))
+
+
+def _transfer(s, d, box, itemsize, perm, src_lower, src_strides, dst_lower, dst_strides) -> Transfer:
+    """Transfer of ``box`` from rank s's operand to rank d's output, dims walked in ``perm`` order.
+
+    The staging slot is dense in ``perm`` order, which depends on the plan only (never on the
+    actual strides of either side): sender and receiver agree on the packed layout.
+    """
+    shape = [box[1][k] - box[0][k] for k in perm]
+    s_st = [src_strides[k] for k in perm]
+    d_st = [dst_strides[k] for k in perm]
+    s_off = geo.region_offset(src_lower, box[0], src_strides)
+    d_off = geo.region_offset(dst_lower, box[0], dst_strides)
+    packed = geo.dense_strides(shape, "C")
+    return Transfer(
+        src=s,
+        dst=d,
+        box=box,
+        nbytes=math.prod(shape) * itemsize,
+        direct=_copy(shape, s_off, s_st, d_off, d_st),
+        pack=_copy(shape, s_off, s_st, 0, packed),
+        unpack=_copy(shape, 0, packed, d_off, d_st),
+    )
 
 
 def plan_key(*parts) -> str:
@@ -210,6 +234,28 @@ class Plan:
     def transfers(self) -> tuple[Transfer, ...]:
         """Local transfer (if any) then sends, in peer order."""
         return ((self.local,) if self.local is not None else ()) + self.sends
+
+    def retarget(self, out_strides: Sequence[int]) -> Plan:
+        """This plan with this rank's output at element ``out_strides`` (an ``out=`` of any strides).
+
+        Only what this rank writes changes (its local copy and the unpacks of its receives);
+        what it sends, and the staging layout, stay as they are. A receive's ``direct`` copy
+        (the sender's view, which needs the sender's strides) is left as planned.
+        """
+        out_strides = tuple(int(v) for v in out_strides)
+        if out_strides == self.out_strides:
+            return self
+        perm = order_perm(self.out_order, self.ndim)
+        lower = self.out_box[0]
+
+        def again(t: Transfer) -> Transfer:
+            src_lower = self.in_boxes[t.src][0]
+            src_strides = self.in_strides if t.src == self.rank else (1,) * self.ndim  # unused for recvs
+            return _transfer(t.src, t.dst, t.box, self.itemsize, perm, src_lower, src_strides, lower, out_strides)
+
+        local = again(self.local) if self.local is not None else None
+        recvs = tuple(replace(t, unpack=again(t).unpack) for t in self.recvs)
+        return replace(self, out_strides=out_strides, local=local, recvs=recvs)
 
     @property
     def send_bytes(self) -> dict[int, int]:
@@ -299,26 +345,10 @@ def make_plan(
         for st, sh in zip(in_strides if in_strides is not None else [None] * nranks, in_shapes)
     ]
     out_strides = [geo.dense_strides(sh, out_order) for sh in out_shapes]
-    # Walk dims in destination order (largest stride first): C natural, F reversed.
-    perm = list(range(ndim)) if out_order == "C" else list(range(ndim - 1, -1, -1))
+    perm = order_perm(out_order, ndim)
 
     def transfer(s: int, d: int, box: BoxT) -> Transfer:
-        shape = [box[1][k] - box[0][k] for k in perm]
-        s_st = [strides[s][k] for k in perm]
-        d_st = [out_strides[d][k] for k in perm]
-        s_off = geo.region_offset(in_boxes[s][0], box[0], strides[s])
-        d_off = geo.region_offset(out_boxes[d][0], box[0], out_strides[d])
-        packed = geo.dense_strides(shape, "C")
-        n = math.prod(shape)
-        return Transfer(
-            src=s,
-            dst=d,
-            box=box,
-            nbytes=n * itemsize,
-            direct=_copy(shape, s_off, s_st, d_off, d_st),
-            pack=_copy(shape, s_off, s_st, 0, packed),
-            unpack=_copy(shape, 0, packed, d_off, d_st),
-        )
+        return _transfer(s, d, box, itemsize, perm, in_boxes[s][0], strides[s], out_boxes[d][0], out_strides[d])
 
     # Bytes between every (src, dst) pair: the staging layout of every rank depends on it.
     vol = geo.pairwise_overlap(in_boxes, out_boxes) * itemsize

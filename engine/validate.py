@@ -16,17 +16,23 @@ from . import errors
 from . import geometry as geo
 from .geometry import BoxT
 
-__all__ = ["RankSpec", "check_specs", "consensus_order", "local_error", "raise_first"]
+#: Coordinates and extents must stay below this (element offsets are 64-bit integers).
+MAX_COORD = 1 << 62
+
+__all__ = ["MAX_COORD", "RankSpec", "check_boxes", "check_operands", "check_specs", "consensus_order", "raise_first"]
 
 
 @dataclass(frozen=True)
 class RankSpec:
-    """One rank's side of the problem. Small and picklable: it travels in the allgather.
+    """One rank's side of the problem. Small and picklable: it travels in the one allgather.
 
+    ``dtype`` is a key that tells element types apart exactly (byte order, field names, units).
     ``layouts`` lists the result orders this rank's operand is compatible with ("C", "F" or
-    both for 1-D or degenerate operands). ``error`` carries a failure met *before* the gather
-    (bad operand type, say) as ``(exception class name, message)`` so that it, too, is raised
-    on every rank.
+    both for 1-D or degenerate operands). ``in_dist``/``out_dist`` are the distributions as
+    given (the API resolves them to ``in_box``/``out_box`` on the gathered list). ``device`` is
+    the operand's CUDA device, ``runtime_device`` the one redist runs on there. ``error``
+    carries a failure met *before* the gather (bad operand type, say) as a
+    :data:`~redist.engine.collective.Problem`, so that it, too, is raised on every rank.
     """
 
     rank: int
@@ -41,20 +47,11 @@ class RankSpec:
     in_box: BoxT | None = None
     out_box: BoxT | None = None
     options: tuple = ()
+    in_dist: object = None
+    out_dist: object = None
+    device: int | None = None
+    runtime_device: int | None = None
     error: tuple[str, str] | None = None
-
-
-def local_error(exc: BaseException) -> tuple[str, str]:
-    """Encode an exception for :attr:`RankSpec.error`."""
-    return type(exc).__name__, str(exc)
-
-
-_BY_NAME = {name: getattr(errors, name) for name in errors.__all__ if isinstance(getattr(errors, name), type)}
-_BY_NAME.update({c.__name__: c for c in (ValueError, TypeError, RuntimeError, NotImplementedError, IndexError)})
-
-
-def _exception_class(name: str) -> type[BaseException]:
-    return _BY_NAME.get(name, errors.InvalidValueError)
 
 
 def _differs(specs: Sequence[RankSpec], attr: str, what: str) -> str | None:
@@ -74,19 +71,23 @@ def _box_problem(rank: int, which: str, box: BoxT | None, ndim: int) -> str | No
     if len(lo) != ndim or len(hi) != ndim:
         return f"rank {rank} {which} box {geo.format_box(box)} has {len(lo)} dimensions, the operand has {ndim}"
     for ax, (l, h) in enumerate(zip(lo, hi)):
+        if l >= MAX_COORD or h >= MAX_COORD:
+            return (f"rank {rank} {which} box {geo.format_box(box)} has a coordinate >= 2**62 on axis {ax} "
+                    "(redist addresses elements with 64-bit integers)")
         if l < 0 or h < 0:
             return f"rank {rank} {which} box {geo.format_box(box)} has a negative coordinate on axis {ax}"
         if l > h:
             return f"rank {rank} {which} box {geo.format_box(box)} has lower > upper on axis {ax} ({l} > {h})"
+    if geo.volume(box) >= MAX_COORD:
+        return f"rank {rank} {which} box {geo.format_box(box)} holds {geo.volume(box)} elements (at most 2**62)"
     return None
 
 
-def check_specs(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | None:
-    """The first problem with the gathered specs, as ``(exception class, message)``; None if fine."""
+def check_operands(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | None:
+    """The first problem with what the ranks hold (before their boxes are known), or None."""
     for s in specs:
         if s.error is not None:
-            name, msg = s.error
-            return _exception_class(name), f"rank {s.rank}: {msg}"
+            return errors.error_class(s.error[0]), f"rank {s.rank}: {s.error[1]}"
     inv = errors.InvalidValueError
     for attr, what in (
         ("ndim", "number of dimensions"),
@@ -99,14 +100,27 @@ def check_specs(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | 
         msg = _differs(specs, attr, what)
         if msg:
             return (errors.InvalidTypeError if attr == "package" else inv), msg
-    ndim = specs[0].ndim
-    if ndim < 1:
+    if specs[0].ndim < 1:
         return inv, "operands must have at least one dimension (got 0-D arrays)"
     for s in specs:
-        for which, box in (("input", s.in_box), ("output", s.out_box)):
-            msg = _box_problem(s.rank, which, box, ndim)
+        if s.memory == "cuda" and s.device is not None and s.device != s.runtime_device:
+            return inv, (
+                f"rank {s.rank}: the operand is on CUDA device {s.device} but redist runs on device "
+                f"{s.runtime_device} there (see redist.initialize(device_id=...))"
+            )
+    return None
+
+
+def check_boxes(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | None:
+    """The first problem with the ranks' boxes (they must be resolved), or None."""
+    inv = errors.InvalidValueError
+    ndim = specs[0].ndim
+    for which in ("input", "output"):  # every input first: an output laid over them may inherit their faults
+        for s in specs:
+            msg = _box_problem(s.rank, which, s.in_box if which == "input" else s.out_box, ndim)
             if msg:
                 return inv, msg
+    for s in specs:
         if tuple(s.shape) != geo.box_shape(s.in_box):
             return inv, (
                 f"rank {s.rank} operand shape {tuple(s.shape)} does not match its input box "
@@ -136,6 +150,11 @@ def check_specs(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | 
     return None
 
 
+def check_specs(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | None:
+    """The first problem with the gathered specs, as ``(exception class, message)``; None if fine."""
+    return check_operands(specs) or check_boxes(specs)
+
+
 def consensus_order(specs: Sequence[RankSpec]) -> str | None:
     """The result order every rank accepts ("C" preferred), or None if there is none."""
     ok = set("CF")
@@ -144,9 +163,9 @@ def consensus_order(specs: Sequence[RankSpec]) -> str | None:
     return "C" if "C" in ok else ("F" if "F" in ok else None)
 
 
-def raise_first(specs: Sequence[RankSpec]) -> None:
-    """Raise the problem :func:`check_specs` finds (identically on every rank), if any."""
-    found = check_specs(specs)
+def raise_first(specs: Sequence[RankSpec], check=check_specs) -> None:
+    """Raise the problem ``check`` finds (identically on every rank: the same list everywhere)."""
+    found = check(specs)
     if found is not None:
         cls, msg = found
         raise cls(msg)

@@ -29,9 +29,10 @@ import sys
 import numpy as np
 from mpi4py import MPI
 from redist import Slab
+from redist._operands import wrap
+from redist.engine.backend import Context, LowerOptions
 from redist.engine.host import available_methods, lower
 from redist.engine.plan import make_plan
-from redist.engine.strided import HostBuffer
 
 METHODS = available_methods()  # "alltoallw" needs MPI-4 persistent collectives
 
@@ -82,6 +83,7 @@ def main():
     args = ap.parse_args()
 
     comm = MPI.COMM_WORLD
+    ctx = Context(comm.Dup())
     rank, P = comm.rank, comm.size
     dtype = np.complex128
     T = MPI.DOUBLE_COMPLEX
@@ -107,9 +109,9 @@ def main():
             exes = []
             for m in METHODS:
                 out = np.empty(plan.out_shape, dtype)
-                exe = lower(plan, comm, method=m)
-                exe.bind_input(HostBuffer.of(a))
-                exe.bind_output(HostBuffer.of(out))
+                exe = lower(plan, ctx, LowerOptions(host_method=m))
+                exe.bind_input(wrap(a).buffer)
+                exe.bind_output(wrap(out).buffer)
                 exes.append(exe)
                 variants.append((f"redist {m}" + (" (auto)" if m == METHODS[0] else ""), exe.execute, out))
             # hand-written baseline: one Alltoallw with subarray types (counts 1, displacements 0)

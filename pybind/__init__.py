@@ -17,7 +17,7 @@ from ._distributions import BlockNonCyclic, Box, Distribution, ProcessGrid, Slab
 from ._operands import RawArray
 from ._options import RedistributeOptions
 from ._redistribute import Redistribute, redistribute
-from ._runtime import DistributedContext, ProcessGroup, finalize, get_context, initialize
+from ._runtime import DistributedContext, ProcessGroup, finalize, get_context, initialize, is_initialized
 from .engine.errors import (
     BindDistributionError,
     CommunicationError,
@@ -50,6 +50,7 @@ __all__ = [
     "initialize",
     "finalize",
     "get_context",
+    "is_initialized",
     "DistributedContext",
     "ProcessGroup",
     "allocate_symmetric_memory",

@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Operands: numpy, torch (CPU/CUDA), cupy arrays and raw pointers, seen through one lens.
 
-:func:`wrap` turns a user array into an :class:`Operand` (package, memory space, device, data
-pointer, shape, element strides, dtype). :class:`RawArray` is a pointer + shape + strides +
-element size, used by the C ABI (``redist_create`` hands redist a ``void*``).
-
-Result arrays are created here too, in the operand's package and the plan's order, by
-:func:`empty_like_host` / :func:`from_device_pointer`.
+:func:`wrap` turns a user array into an :class:`Operand`: its package, its dtype (with a *key*
+that tells byte orders, field names and units apart) and the engine :class:`Buffer` the
+backends work on. :class:`RawArray` is a pointer + shape + strides + element size, used by the
+C ABI. :func:`as_array` makes a result array of the operand's package over an engine buffer.
+Strides of any sign are accepted (``a[::-1]``); dtypes that hold pointers (``object``, numpy's
+``StringDType``) are refused: copying pointers between processes would crash.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .engine import geometry as geo
+from .engine.buffer import Buffer
 from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
-__all__ = ["RawArray", "Operand", "wrap", "package_of", "host_result", "host_view"]
+__all__ = ["RawArray", "Operand", "as_array", "pointer_of", "package_of", "wrap"]
 
 
 class RawArray:
@@ -27,12 +28,13 @@ class RawArray:
 
     ``memory`` is "cpu" or "cuda"; ``device_id`` the CUDA device of a "cuda" buffer. The caller
     keeps the memory alive. ``owner`` may hold an object that owns it (engine-owned results).
+    ``readonly`` marks memory redist must never write (an ``out=`` is refused).
     """
 
-    __slots__ = ("ptr", "shape", "strides", "itemsize", "memory", "device_id", "owner", "dtype")
+    __slots__ = ("ptr", "shape", "strides", "itemsize", "memory", "device_id", "owner", "dtype", "readonly")
 
     def __init__(self, ptr: int, shape, strides=None, itemsize: int = 1, *, memory: str = "cpu",
-                 device_id: int | None = None, owner=None, order: str = "C", dtype=None):
+                 device_id: int | None = None, owner=None, order: str = "C", dtype=None, readonly: bool = False):
         self.ptr = int(ptr)
         self.shape = tuple(int(v) for v in shape)
         self.strides = tuple(int(v) for v in strides) if strides is not None else geo.dense_strides(self.shape, order)
@@ -41,6 +43,7 @@ class RawArray:
         self.device_id = device_id
         self.owner = owner
         self.dtype = np.dtype(dtype) if dtype is not None else np.dtype((np.void, self.itemsize))
+        self.readonly = bool(readonly)
 
     def __repr__(self):
         return (f"RawArray(ptr=0x{self.ptr:x}, shape={self.shape}, strides={self.strides}, "
@@ -49,22 +52,23 @@ class RawArray:
 
 @dataclass
 class Operand:
-    """What redist needs to know about one array. ``strides`` are in elements."""
+    """What redist needs to know about one user array."""
 
     obj: object
     package: str          # "numpy" | "torch" | "cupy" | "raw"
-    memory: str           # "cpu" | "cuda"
-    device_id: int | None
-    ptr: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
     dtype: object         # numpy dtype, or torch dtype for torch operands
-    dtype_name: str
-    itemsize: int
+    dtype_name: str       # for messages, e.g. "float64", ">f8", "[('a', '<i4')]"
+    dtype_key: str        # equal iff the element types are the same (byte order, fields, units)
+    buffer: Buffer
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    # the Buffer's fields, for messages and checks
+    memory = property(lambda self: self.buffer.memory)
+    device_id = property(lambda self: self.buffer.device_id)
+    ptr = property(lambda self: self.buffer.ptr)
+    shape = property(lambda self: self.buffer.shape)
+    strides = property(lambda self: self.buffer.strides)
+    itemsize = property(lambda self: self.buffer.itemsize)
+    size = property(lambda self: self.buffer.size)
 
     def layouts(self) -> tuple[str, ...]:
         if self.size == 0:
@@ -86,33 +90,30 @@ def package_of(obj) -> str | None:
     return None
 
 
+def _numpy_dtype(dt: np.dtype) -> tuple[str, str]:
+    """(name for messages, key) of a numpy dtype; refuses dtypes that hold pointers."""
+    if dt.hasobject:
+        raise InvalidTypeError(
+            f"dtype {dt} holds Python object pointers, which cannot be copied between processes; use a "
+            "dtype of plain values (numbers, fixed-size strings or records of them)"
+        )
+    simple = dt.fields is None and dt.subdtype is None
+    key = dt.str if simple else str(dt)
+    return (dt.name if simple and dt.isnative else key), key
+
+
 def _element_strides(byte_strides, itemsize, shape) -> tuple[int, ...]:
     out = []
     for s, n in zip(byte_strides, shape):
         if n > 1 and s % itemsize:
-            raise InvalidValueError(f"strides {tuple(byte_strides)} (bytes) are not multiples of the element size {itemsize}")
-        out.append(s // itemsize)
+            raise InvalidValueError(
+                f"strides {tuple(byte_strides)} (bytes) are not multiples of the element size {itemsize}")
+        out.append(s // itemsize if n > 1 else 0)
     return tuple(out)
 
 
-def _check_strides(shape, strides):
-    for ax, (n, s) in enumerate(zip(shape, strides)):
-        if n > 1 and s <= 0:
-            raise NotSupportedError(
-                f"operand has stride {s} on axis {ax} (extent {n}); only positive strides are supported "
-                "(pass a copy, e.g. numpy.ascontiguousarray)"
-            )
-    # self-overlapping layouts (two indices, one address) cannot be a distributed box
-    dims = sorted((s, n) for n, s in zip(shape, strides) if n > 1)
-    span = 1
-    for s, n in dims:
-        if s < span:
-            raise NotSupportedError(f"operand strides {tuple(strides)} make elements overlap in memory")
-        span = s * n
-
-
 def wrap(obj) -> Operand:
-    """Describe ``obj``; raises InvalidTypeError for unsupported objects."""
+    """Describe ``obj``; raises InvalidTypeError for unsupported objects and pointer dtypes."""
     pkg = package_of(obj)
     if pkg is None:
         raise InvalidTypeError(
@@ -120,54 +121,100 @@ def wrap(obj) -> Operand:
             "['numpy', 'cupy', 'torch'] (or redist.RawArray)"
         )
     if pkg == "numpy":
+        name, key = _numpy_dtype(obj.dtype)
         shape = tuple(obj.shape)
-        st = _element_strides(obj.strides, obj.itemsize, shape)
-        op = Operand(obj, "numpy", "cpu", None, obj.__array_interface__["data"][0], shape, st, obj.dtype,
-                     obj.dtype.name if obj.dtype.fields is None else str(obj.dtype), obj.dtype.itemsize)
+        buf = Buffer(obj.__array_interface__["data"][0], shape, _element_strides(obj.strides, obj.itemsize, shape),
+                     obj.dtype.itemsize, "cpu", None, not obj.flags.writeable, obj)
+        op = Operand(obj, "numpy", obj.dtype, name, key, buf)
     elif pkg == "torch":
-        shape = tuple(obj.shape)
         dev = obj.device
-        op = Operand(obj, "torch", "cuda" if dev.type == "cuda" else "cpu", dev.index if dev.type == "cuda" else None,
-                     obj.data_ptr(), shape, tuple(obj.stride()), obj.dtype, str(obj.dtype).replace("torch.", ""),
-                     obj.element_size())
         if dev.type not in ("cpu", "cuda"):
             raise NotSupportedError(f"torch tensors on {dev.type!r} are not supported (cpu or cuda only)")
-    elif pkg == "cupy":
         shape = tuple(obj.shape)
-        st = _element_strides(obj.strides, obj.itemsize, shape)
-        op = Operand(obj, "cupy", "cuda", obj.device.id, obj.data.ptr, shape, st, obj.dtype, obj.dtype.name,
-                     obj.dtype.itemsize)
+        cuda = dev.type == "cuda"
+        name = str(obj.dtype).replace("torch.", "")
+        strides = tuple(s if n > 1 else 0 for n, s in zip(shape, obj.stride()))
+        buf = Buffer(obj.data_ptr(), shape, strides, obj.element_size(), "cuda" if cuda else "cpu",
+                     dev.index if cuda else None, False, obj)
+        op = Operand(obj, "torch", obj.dtype, name, "torch." + name, buf)
+    elif pkg == "cupy":
+        name, key = _numpy_dtype(obj.dtype)
+        shape = tuple(obj.shape)
+        buf = Buffer(obj.data.ptr, shape, _element_strides(obj.strides, obj.itemsize, shape), obj.dtype.itemsize,
+                     "cuda", obj.device.id, False, obj)
+        op = Operand(obj, "cupy", obj.dtype, name, key, buf)
     else:
-        op = Operand(obj, "raw", obj.memory, obj.device_id, obj.ptr, obj.shape, obj.strides, obj.dtype,
-                     f"raw{obj.itemsize}", obj.itemsize)
+        if obj.itemsize <= 0:
+            raise InvalidValueError(f"element size must be positive, got {obj.itemsize}")
+        buf = Buffer(obj.ptr, obj.shape, tuple(s if n > 1 else 0 for n, s in zip(obj.shape, obj.strides)),
+                     obj.itemsize, obj.memory, obj.device_id, obj.readonly, obj)
+        op = Operand(obj, "raw", obj.dtype, f"raw{obj.itemsize}", f"raw{obj.itemsize}", buf)
     if op.itemsize <= 0:
         raise InvalidValueError(f"element size must be positive, got {op.itemsize}")
-    if op.size == 0:  # nothing to address: numpy/torch strides of empty arrays are arbitrary
-        op.strides = geo.dense_strides(op.shape, "C")
-    else:
-        _check_strides(op.shape, op.strides)
+    if op.size == 0:  # nothing to address: strides of empty arrays are arbitrary
+        b = op.buffer
+        op.buffer = Buffer(b.ptr, b.shape, geo.dense_strides(b.shape, "C"), b.itemsize, b.memory, b.device_id,
+                           b.readonly, b.owner)
     return op
 
 
-def host_view(op: Operand):
-    """HostBuffer for a host operand (pointer to its first element)."""
-    from .engine.strided import HostBuffer
+def pointer_of(obj, package: str) -> int:
+    """The address of element 0 of ``obj`` (the hot path of reset_operand_unchecked)."""
+    if package == "numpy":
+        return obj.__array_interface__["data"][0]
+    if package == "torch":
+        return obj.data_ptr()
+    if package == "cupy":
+        return obj.data.ptr
+    return obj.ptr
 
-    return HostBuffer(op.ptr, op.itemsize, op.obj)
+
+class _CudaArrayInterface:
+    """A plain uint8 device buffer, for torch.as_tensor (zero copy)."""
+
+    def __init__(self, ptr: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
+                                         "strides": None}
 
 
-def host_result(template: Operand, shape, order: str):
-    """A new host array for results: same package and dtype as ``template``, dense in ``order``."""
-    if template.package == "numpy":
-        return np.empty(shape, dtype=template.dtype, order=order)
-    if template.package == "torch":
+def _span(shape, strides) -> int:
+    if math.prod(shape) == 0:
+        return 0
+    return sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+
+
+def as_array(buf: Buffer, template: Operand, owner=None):
+    """An array of ``template``'s package and dtype over ``buf`` (zero copy; positive strides).
+
+    ``owner`` keeps the memory alive (stored on the array where the package allows).
+    """
+    shape, strides, isz = buf.shape, buf.strides, buf.itemsize
+    nbytes = max(_span(shape, strides) * isz, 1)
+    pkg = template.package
+    if pkg == "raw":
+        return RawArray(buf.ptr, shape, strides, isz, memory=buf.memory, device_id=buf.device_id,
+                        owner=owner if owner is not None else buf.owner, dtype=template.dtype)
+    if buf.memory == "cpu":
+        base = buf.owner if isinstance(buf.owner, np.ndarray) else None
+        if base is None:
+            import ctypes
+
+            base = np.frombuffer((ctypes.c_char * nbytes).from_address(buf.ptr), np.uint8)
+        flat = base[:nbytes] if base.ndim == 1 and base.dtype == np.uint8 else base.view(np.uint8)[:nbytes]
+        if pkg == "numpy":
+            return np.ndarray(shape, dtype=template.dtype, buffer=flat, strides=tuple(s * isz for s in strides))
         import torch
 
-        if order == "C" or len(shape) < 2:
-            return torch.empty(shape, dtype=template.dtype)
-        return torch.empty(tuple(reversed(shape)), dtype=template.dtype).permute(*reversed(range(len(shape))))
-    if template.package == "raw":
-        buf = np.empty(max(1, math.prod(shape)) * template.itemsize, dtype=np.uint8)
-        return RawArray(buf.ctypes.data, shape, None, template.itemsize, memory="cpu", owner=buf, order=order,
-                        dtype=template.dtype)
-    raise InvalidTypeError(f"cannot make a host result for package {template.package!r}")
+        t8 = torch.from_numpy(flat)
+        return t8.view(template.dtype).as_strided(shape, strides) if shape else t8.view(template.dtype)[:1].reshape(())
+    if pkg == "cupy":
+        import cupy as cp
+
+        mem = cp.cuda.UnownedMemory(buf.ptr, nbytes, owner if owner is not None else buf.owner,
+                                    device_id=buf.device_id)
+        return cp.ndarray(shape, dtype=template.dtype, memptr=cp.cuda.MemoryPointer(mem, 0),
+                          strides=tuple(s * isz for s in strides))
+    import torch
+
+    t8 = torch.as_tensor(_CudaArrayInterface(buf.ptr, nbytes), device=f"cuda:{buf.device_id}")
+    return t8.view(template.dtype).as_strided(shape, strides)

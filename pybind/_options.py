@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .engine.backend import HOST_METHODS, TRANSPORTS
 from .engine.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["RedistributeOptions"]
@@ -16,6 +17,8 @@ __all__ = ["RedistributeOptions"]
 @dataclass
 class RedistributeOptions:
     """Options for :class:`redist.Redistribute` (a dict with the same keys is accepted too).
+
+    Every field but ``logger`` must be equal on every process (checked collectively).
 
     Attributes
     ----------
@@ -38,6 +41,11 @@ class RedistributeOptions:
         through NVLink/P2P pointers; "put": pack into symmetric staging, NVSHMEM put, unpack
         (works between nodes). "auto" picks push for every peer that is reachable, put
         otherwise.
+    host_method : "auto", "hybrid", "datatype", "pack" or "alltoallw"
+        MPI host backend only: how strided regions move. "auto" (= "hybrid"): per message an
+        MPI derived datatype or a numpy pack through staging, whichever measured faster;
+        "datatype": always MPI datatypes; "pack": always numpy pack/unpack; "alltoallw": one
+        persistent MPI-4 ``Alltoallw_init`` (NotSupportedError where the MPI library lacks it).
     """
 
     logger: logging.Logger | None = None
@@ -45,22 +53,25 @@ class RedistributeOptions:
     execution: Literal["auto", "cpu", "cuda"] = "auto"
     transport: Literal["auto", "push", "put"] = "auto"
     result_layout: Literal["auto", "C", "F"] = "auto"
+    host_method: Literal["auto", "hybrid", "datatype", "pack", "alltoallw"] = "auto"
 
     def __post_init__(self):
         if self.blocking is not True and self.blocking != "auto":
             raise InvalidValueError("The value specified for 'blocking' must be either True or 'auto'.")
         if self.execution not in ("auto", "cpu", "cuda"):
             raise InvalidValueError(f"execution must be 'auto', 'cpu' or 'cuda', got {self.execution!r}")
-        if self.transport not in ("auto", "push", "put"):
-            raise InvalidValueError(f"transport must be 'auto', 'push' or 'put', got {self.transport!r}")
+        if self.transport not in TRANSPORTS:
+            raise InvalidValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         if self.result_layout not in ("auto", "C", "F"):
             raise InvalidValueError(f"result_layout must be 'auto', 'C' or 'F', got {self.result_layout!r}")
+        if self.host_method not in HOST_METHODS:
+            raise InvalidValueError(f"host_method must be one of {HOST_METHODS}, got {self.host_method!r}")
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger, got {type(self.logger).__name__}")
 
     def fingerprint(self) -> tuple:
         """The fields every rank must agree on (everything but the logger)."""
-        return (self.blocking, self.execution, self.transport, self.result_layout)
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "logger")
 
     @classmethod
     def coerce(cls, options: RedistributeOptions | dict[str, Any] | None) -> RedistributeOptions:

@@ -10,11 +10,13 @@ import time
 
 from . import _runtime
 from ._distributions import Box, Distribution, resolve_boxes
-from ._operands import Operand, wrap
+from ._operands import Operand, as_array, pointer_of, wrap
 from ._options import RedistributeOptions
-from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotInitializedError, NotSupportedError
+from ._streams import current_stream, stream_handle
+from .engine import backend, collective
+from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from .engine.plan import make_plan
-from .engine.validate import RankSpec, consensus_order, local_error, raise_first, _exception_class
+from .engine.validate import RankSpec, check_boxes, check_operands, consensus_order, raise_first
 
 __all__ = ["Redistribute", "redistribute"]
 
@@ -29,6 +31,8 @@ class _State(enum.Enum):
 
 _PLANNED = (_State.READY, _State.RELEASED)
 _HAS_OPERAND = (_State.NEW, _State.READY)
+_RELEASED_MSG = ("Execution cannot be performed after the operand has been released. Use reset_operand() "
+                 "to provide a new operand before performing the execution.")
 
 
 def _as_distribution(d, which: str) -> Distribution:
@@ -39,12 +43,9 @@ def _as_distribution(d, which: str) -> Distribution:
     raise InvalidTypeError(f"{which}_distribution must be a redist Distribution or a (lower, upper) pair, got {d!r}")
 
 
-def _raise_gathered(errors) -> None:
-    """Raise the first rank's error (identically on every rank)."""
-    for rank, err in enumerate(errors):
-        if err is not None:
-            name, msg = err
-            raise _exception_class(name)(msg if msg.startswith("rank ") else f"rank {rank}: {msg}")
+def _template(op: Operand) -> Operand:
+    """``op`` without its array: what later operands are compared with (holds no user memory)."""
+    return dataclasses.replace(op, obj=None, buffer=dataclasses.replace(op.buffer, ptr=0, owner=None))
 
 
 class Redistribute:
@@ -59,8 +60,8 @@ class Redistribute:
     operand
         This process's box of the global array: ``numpy.ndarray``, ``torch.Tensor`` (CPU or
         CUDA), ``cupy.ndarray``, or :class:`redist.RawArray`. Positional-only. C-, F-ordered or
-        strided (e.g. padded with ghost layers; positive strides). GPU operands need **not**
-        be on the NVSHMEM symmetric heap (a difference from nvmath-python).
+        strided (padded with ghost layers, reversed ``a[::-1]``, broadcast): any strides. GPU
+        operands need **not** be on the NVSHMEM symmetric heap (a difference from nvmath-python).
     input_distribution, output_distribution
         :class:`Slab`, :class:`BlockNonCyclic`, or :class:`Box` (each process its own box;
         a plain ``(lower, upper)`` pair is accepted as a Box). Any number of dimensions; boxes
@@ -84,67 +85,54 @@ class Redistribute:
 
     def __init__(self, operand, /, input_distribution, output_distribution, *, options=None, stream=None):
         self._state = None
-        self._path = None
+        self._exe = None
         self._serial = None
         ctx = _runtime.get_context()
-        pg = ctx.process_group
-        err, op, opts, din, dout = None, None, None, None, None
+        comm = ctx.engine.comm
+        rank = ctx.process_group.rank
+        op = opts = None
         try:
             opts = RedistributeOptions.coerce(options)
             op = wrap(operand)
-            din = _as_distribution(input_distribution, "input")
-            dout = _as_distribution(output_distribution, "output")
+            spec = RankSpec(
+                rank=rank, ndim=len(op.shape), dtype=op.dtype_key, itemsize=op.itemsize, package=op.package,
+                memory=op.memory, layouts=op.layouts(), shape=op.shape, strides=op.strides,
+                options=opts.fingerprint(), in_dist=_as_distribution(input_distribution, "input"),
+                out_dist=_as_distribution(output_distribution, "output"), device=op.device_id,
+                runtime_device=ctx.device_id,
+            )
+            ctor_stream = None if stream is None else stream_handle(stream)
         except Exception as e:  # noqa: BLE001 -- any local failure is raised on every rank below
-            err = local_error(e)
-        mine = (err, din, dout, None if op is None else (
-            op.package, op.memory, op.device_id, op.dtype_name, op.itemsize, op.shape, op.strides, op.layouts()),
-            None if opts is None else opts.fingerprint(), ctx.device_id)
-        everyone = pg.allgather(mine)
+            spec = RankSpec(rank=rank, error=collective.problem(e))
+        specs = collective.agree(comm, None, spec)
         # From here on every rank computes the same thing from the same data.
-        _raise_gathered([e[0] for e in everyone])
-        in_boxes, out_boxes = resolve_boxes([e[1] for e in everyone], [e[2] for e in everyone],
-                                            [e[3][5] for e in everyone])
-        specs = [
-            RankSpec(rank=r, ndim=len(o[5]), dtype=o[3], itemsize=o[4], package=o[0], memory=o[1], layouts=o[7],
-                     shape=o[5], strides=o[6], in_box=in_boxes[r], out_box=out_boxes[r], options=f)
-            for r, (_, _, _, o, f, _) in enumerate(everyone)
-        ]
+        raise_first(specs, check_operands)
+        in_boxes, out_boxes = resolve_boxes([s.in_dist for s in specs], [s.out_dist for s in specs],
+                                            [s.shape for s in specs])
+        specs = [dataclasses.replace(s, in_box=i, out_box=o) for s, i, o in zip(specs, in_boxes, out_boxes)]
         if opts.result_layout != "auto":  # a forced result order makes operand layouts irrelevant
             specs = [dataclasses.replace(s, layouts=(opts.result_layout,)) for s in specs]
-        raise_first(specs)
-        for r, (_, _, _, o, _, dev) in enumerate(everyone):
-            if o[1] == "cuda" and o[2] != dev:
-                raise InvalidValueError(
-                    f"rank {r}: the operand is on CUDA device {o[2]} but redist runs on device {dev} there "
-                    "(see redist.initialize(device_id=...))"
-                )
-        memory = specs[0].memory
-        if opts.execution == "cpu" and memory == "cuda":
-            raise NotSupportedError("execution='cpu' needs host operands; these operands are in GPU memory")
-        execution = "cuda" if (memory == "cuda" or opts.execution == "cuda") else "cpu"
-        if execution == "cuda" and ctx.cuda is None:
-            raise NotInitializedError(
-                "CUDA execution needs redist initialised with a GPU (NVSHMEM); this run is CPU-only: "
-                "check redist.get_context().device_id and the [cuda] extra"
-            )
+        raise_first(specs, check_boxes)
+        self._backend = backend.select_backend(op.memory, opts.execution, ctx.cuda is not None)
         self._ctx, self._options = ctx, opts
         self._logger = opts.logger if opts.logger is not None else logging.getLogger()
-        self._operand: Operand | None = op
-        self._template = dataclasses.replace(op, obj=None, ptr=0)
+        self._operand_obj = operand
+        self._template = _template(op)
         self._in_boxes, self._out_boxes = in_boxes, out_boxes
         self._all_strides = [s.strides for s in specs]
         self._out_order = consensus_order(specs)
-        self._execution = execution
-        self._last_out = None  # (object, Operand) of the last out= that passed the collective check
+        self._ctor_stream = ctor_stream
+        self._result = None
+        self._out = None  # the out= object bound now (None: the engine-owned result)
         self._plan = None
         self._state = _State.NEW
         self._serial = _runtime._register(self)
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info(
-                "Redistribute: %d ranks, global %s, %s %s itemsize %d, %s-order result, execution %s; "
+                "Redistribute: %d ranks, global %s, %s %s itemsize %d, %s-order result, backend %s; "
                 "rank %d input %s -> output %s",
-                pg.nranks, specs and _fmt_global(in_boxes), op.package, op.dtype_name, op.itemsize,
-                self._out_order, execution, pg.rank, Box(*in_boxes[pg.rank]), Box(*out_boxes[pg.rank]),
+                ctx.process_group.nranks, _fmt_global(in_boxes), op.package, op.dtype_name, op.itemsize,
+                self._out_order, self._backend, rank, Box(*in_boxes[rank]), Box(*out_boxes[rank]),
             )
 
     # --- properties -------------------------------------------------------------------------
@@ -155,16 +143,18 @@ class Redistribute:
                           doc="This process's output box.")
     layout = property(lambda self: self._out_order, doc='"C" or "F": the order of the result.')
     result_layout = layout
-    execution_space = property(lambda self: self._execution, doc='"cpu" or "cuda".')
+    execution_space = property(lambda self: "cpu" if self._backend == "host" else "cuda",
+                               doc='"cpu" or "cuda": where the exchange runs.')
     memory_space = property(lambda self: self._template.memory, doc='"cpu" or "cuda": where operands live.')
     device_id = property(lambda self: self._ctx.device_id)
     blocking = property(lambda self: self._options.blocking)
+    operand = property(lambda self: self._operand_obj, doc="The operand bound now (None once released).")
 
     @property
     def plan_description(self) -> str:
-        """The transfer plan as text (after :meth:`plan`)."""
+        """The lowered plan as text (after :meth:`plan`)."""
         self._need_planned("describe")
-        return self._plan.describe()
+        return f"{self._plan.describe()}\n{self._exe.describe()}"
 
     # --- state machine helpers --------------------------------------------------------------
 
@@ -177,45 +167,47 @@ class Redistribute:
         if self._state not in _PLANNED:
             raise InvalidStateError(f"Redistribute.{what}() cannot be called before plan() has been called.")
 
+    def _stream(self, stream) -> int:
+        if stream is None:
+            s = current_stream(self._template.package, self._ctx.device_id if self._backend == "cuda" else None)
+            if s is not None:
+                return s
+            return 0 if self._ctor_stream is None else self._ctor_stream
+        return stream_handle(stream)
+
     # --- the API ------------------------------------------------------------------------------
 
     def plan(self, stream=None) -> None:
         """Collective: build the transfer plan and lower it to the execution backend.
 
-        For CUDA execution this captures and instantiates the CUDA graph for ``stream``.
+        For CUDA execution the graph is captured on the first execute (or :meth:`graph`).
         Planning twice is a no-op. On failure every rank raises and the object stays unplanned.
         """
         self._check_not_freed("plan")
         if self._state in _PLANNED:
             self._logger.debug("Redistribute.plan(): already planned; redoing the plan is not supported")
             return
-        pg = self._ctx.process_group
+        ctx = self._ctx
         t0 = time.perf_counter()
-        path, err = None, None
-        try:
-            plan = make_plan(pg.rank, self._in_boxes, self._out_boxes, itemsize=self._template.itemsize,
-                             in_strides=self._all_strides, out_order=self._out_order)
-            operand = self._operand if self._state is _State.NEW else self._template
-            log = self._logger if self._logger.isEnabledFor(logging.INFO) else None
-            if self._execution == "cpu":
-                from ._paths import HostPath as cls
-            else:
-                from ._cuda_path import CudaPath as cls
-            path = cls(plan, operand, self._ctx, self._options, log, stream)
-        except Exception as e:  # noqa: BLE001 -- collective failure handling below
-            err = local_error(e)
-        errors = pg.allgather(err)
-        if any(e is not None for e in errors):
-            if path is not None:  # roll back: every rank that got this far frees what it made
-                path.free()
-            _raise_gathered(errors)
-        self._plan, self._path = plan, path
+        with collective.attempt(ctx.engine.comm):
+            plan = make_plan(ctx.process_group.rank, self._in_boxes, self._out_boxes,
+                             itemsize=self._template.itemsize, in_strides=self._all_strides,
+                             out_order=self._out_order)
+            o = self._options
+            lower_opts = backend.LowerOptions(
+                backend=self._backend, transport=o.transport, host_method=o.host_method, blocking=o.blocking is True,
+                logger=self._logger if self._logger.isEnabledFor(logging.INFO) else None)
+        exe = backend.lower(plan, ctx.engine, lower_opts)
+        with collective.attempt(ctx.engine.comm, on_failure=exe.free):  # roll back on every rank
+            if self._state is _State.NEW:
+                exe.bind_input(wrap(self._operand_obj).buffer)
+            self._result = as_array(exe.result, self._template, owner=exe)
+        self._plan, self._exe = plan, exe
         self._state = _State.READY if self._state is _State.NEW else _State.RELEASED
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info(
                 "plan: %.3f ms on %s; rank %d sends %s, receives %s, keeps %d B",
-                (time.perf_counter() - t0) * 1e3, self._execution, pg.rank,
-                {d: b for d, b in plan.send_bytes.items()}, {s: b for s, b in plan.recv_bytes.items()},
+                (time.perf_counter() - t0) * 1e3, self.execution_space, plan.rank, plan.send_bytes, plan.recv_bytes,
                 plan.local.nbytes if plan.local else 0,
             )
             self._logger.debug("%s", plan.describe())
@@ -225,105 +217,134 @@ class Redistribute:
 
         Returns the engine-owned result (persistent: overwritten by the next ``execute``,
         released by :meth:`free`), or ``out`` when given. ``out`` must have the result's shape,
-        dtype, package and layout (dense, in :attr:`layout` order); on GPUs it must be on the
-        symmetric heap, the same allocation on every rank. Pass ``out`` on all ranks alike.
-        ``release_workspace`` and ``sync_symmetric_memory`` follow nvmath-python and must be
-        equal on all ranks.
+        dtype and package, be writable and not overlap the operand; host ``out=`` may have any
+        strides and may be passed on some ranks only; on GPUs it must be dense and on the
+        symmetric heap, at the same offset on every rank. ``release_workspace`` and
+        ``sync_symmetric_memory`` follow nvmath-python and must be equal on all ranks. Any
+        problem on any rank raises the same error on every rank.
         """
-        state = self._state
-        if state is not _State.READY:
-            self._check_not_freed("execute")
-            if state in _PLANNED:
-                raise InvalidStateError(
-                    "Execution cannot be performed after the operand has been released. Use reset_operand() "
-                    "to provide a new operand before performing the execution."
-                )
-            raise InvalidStateError("Execution cannot be performed before plan() has been called.")
-        out_op = None
-        if out is not None:
-            last = self._last_out
-            if last is not None and last[0] is out:
-                out_op = last[1]
-            else:
-                out_op = self._check_out(out)
-        return self._path.execute(stream=stream, out=out_op, release_workspace=release_workspace,
-                                  sync_symmetric_memory=sync_symmetric_memory)
+        exe = self._exe
+        problem = None
+        if self._state is not _State.READY:
+            if exe is None:  # before plan() or after free(): this rank cannot take part
+                self._check_not_freed("execute")
+                raise InvalidStateError("Execution cannot be performed before plan() has been called.")
+            problem = ("InvalidStateError", _RELEASED_MSG)
+        if out is None:
+            if self._out is not None:
+                exe.bind_output(None)
+                self._out = None
+            target = self._result
+        else:
+            target = out
+            if out is not self._out or not self._out_still_valid(out):
+                p = self._bind_out(out)
+                problem = problem or p
+        if self._backend != "host":
+            try:
+                s = self._stream(stream)
+            except Exception as e:  # noqa: BLE001
+                problem, s = problem or collective.problem(e), 0
+        else:
+            s = 0
+        if self._logger.isEnabledFor(logging.INFO):
+            t0 = time.perf_counter()
+            exe.execute(s, sync=sync_symmetric_memory, release_workspace=release_workspace, problem=problem)
+            self._logger.info("execute: %.3f ms on %s (%s)", (time.perf_counter() - t0) * 1e3, self.execution_space,
+                              "blocking" if self._backend == "host" or self._options.blocking is True else
+                              "asynchronous")
+        else:
+            exe.execute(s, sync=sync_symmetric_memory, release_workspace=release_workspace, problem=problem)
+        return target
 
-    def _check_out(self, out) -> Operand:
-        problem, op = None, None
+    def _out_still_valid(self, out) -> bool:
+        """The bound out= object is unchanged (numpy arrays can be made read-only in place)."""
+        return self._template.package != "numpy" or out.flags.writeable
+
+    def _bind_out(self, out) -> collective.Problem | None:
+        """Check ``out`` locally and bind it; its problem (None if fine) for the call's agreement."""
         try:
             op = wrap(out)
-            problem = self._path.out_problem(op)
-            sig = self._path.out_signature(op) if problem is None else None
-        except Exception as e:  # noqa: BLE001
-            problem, sig = str(e), None
-        gathered = self._ctx.process_group.allgather((problem, sig))
-        _raise_gathered([None if p is None else ("InvalidValueError", f"out= {p}") for p, _ in gathered])
-        sigs = {s for _, s in gathered}
-        if len(sigs) > 1:
-            raise InvalidValueError(
-                "out= must be the same symmetric allocation on every rank (got different heap offsets: "
-                f"{[s for _, s in gathered]})"
-            )
-        self._last_out = (out, op)
-        return op
+            t = self._template
+            if op.package != t.package:
+                msg = f"out= must be a {t.package} array like the operand, got {op.package}"
+            elif op.dtype_key != t.dtype_key:
+                msg = f"out= has dtype {op.dtype_name}, expected {t.dtype_name}"
+            else:
+                msg = self._exe.out_problem(op.buffer)
+            if msg is None and self._state is _State.READY and wrap(self._operand_obj).buffer.overlaps(op.buffer):
+                msg = "out= overlaps the operand (the exchange would read what it overwrites)"
+            if msg is not None:
+                return "InvalidValueError", f"execute(out=...): {msg} (this rank's output box is {self.output_box})"
+            self._exe.bind_output(op.buffer)
+            self._out = out
+            return None
+        except Exception as e:  # noqa: BLE001 -- agreed on by the call
+            self._out = None
+            return collective.problem(e)
 
     def _compat_problem(self, op: Operand) -> str | None:
         t = self._template
         for attr, what in (("package", "package"), ("memory", "memory space"), ("device_id", "device"),
-                           ("dtype_name", "data type"), ("shape", "shape")):
+                           ("dtype_key", "data type"), ("shape", "shape")):
             if getattr(op, attr) != getattr(t, attr):
-                return (f"The new operand's {what} ({getattr(op, attr)}) doesn't match the original operand's "
-                        f"({getattr(t, attr)})")
+                name = "dtype_name" if attr == "dtype_key" else attr
+                return (f"The new operand's {what} ({getattr(op, name)}) doesn't match the original operand's "
+                        f"({getattr(t, name)})")
         if op.size > 1 and op.strides != t.strides:
             return f"The new operand's strides ({op.strides}) don't match the original operand's ({t.strides})"
+        return None
+
+    def _alias_problem(self, op: Operand) -> str | None:
+        """Why ``op`` cannot be read while this object writes its output, or None."""
+        if self._exe is None:
+            return None
+        written = wrap(self._out).buffer if self._out is not None else self._exe.result
+        if op.buffer.overlaps(written):
+            what = "the out= array" if self._out is not None else "this object's own result"
+            return f"the new operand overlaps {what} (the exchange would read what it overwrites)"
         return None
 
     def reset_operand(self, operand, *, stream=None) -> None:
         """Collective: replace the operand by a compatible one (same package, dtype, shape,
         strides, memory space and device); checked on every rank, raised on every rank."""
         self._check_not_freed("reset_operand")
-        problem, op = None, None
-        try:
+        op = None
+        with collective.attempt(self._ctx.engine.comm):
             if operand is None:
                 raise InvalidValueError(
                     "reset_operand() requires a valid operand; use release_operand() to drop the current one")
             op = wrap(operand)
-            msg = self._compat_problem(op)
+            msg = self._compat_problem(op) or self._alias_problem(op)
             if msg is not None:
-                raise InvalidValueError(msg)
-        except Exception as e:  # noqa: BLE001 -- raised on every rank below
-            problem = local_error(e)
-        _raise_gathered(self._ctx.process_group.allgather(problem))
-        self._bind(op, stream)
+                raise InvalidValueError(f"{msg} (this rank's input box is {self.input_box})")
+        self._bind(op)
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info("reset_operand: new operand bound")
 
     def reset_operand_unchecked(self, operand, *, stream=None) -> None:
         """Replace the operand with no checks and no logging (the caller guarantees compatibility).
 
-        On CUDA this updates kernel-node parameters of the instantiated graphs (no re-capture).
+        On CUDA this updates kernel-node parameters of the instantiated graph (no re-capture).
         """
-        state = self._state
-        if state in _PLANNED:
-            self._path.rebind(operand, stream)
+        if self._state in _PLANNED:
+            self._exe.rebind_input(pointer_of(operand, self._template.package), operand)
             self._operand_obj = operand
             self._state = _State.READY
             return
         self._check_not_freed("reset_operand_unchecked")
-        self._bind(wrap(operand), stream)
+        self._bind(wrap(operand))
 
-    def _bind(self, op: Operand, stream) -> None:
+    def _bind(self, op: Operand) -> None:
         if self._state in _PLANNED:
-            self._path.bind_input(op, stream)
+            self._exe.bind_input(op.buffer)
             self._state = _State.READY
         else:
             self._state = _State.NEW
-        self._operand = op
         self._operand_obj = op.obj
 
     def release_operand(self) -> None:
-        """Drop this object's references to the operand (and any device mirror of it).
+        """Drop every reference this object holds to the operand (and any device mirror of it).
 
         The plan is kept; call :meth:`reset_operand` before the next :meth:`execute`.
         Repeated calls are no-ops.
@@ -332,34 +353,32 @@ class Redistribute:
         if self._state not in _HAS_OPERAND:
             self._logger.info("release_operand: the operand is already released")
             return
-        if self._path is not None:
-            self._path.release_operand()
-        self._operand = None
+        if self._exe is not None:
+            self._exe.release_input()
         self._operand_obj = None
         self._state = _State.RELEASED if self._state is _State.READY else _State.NEW_RELEASED
 
     def graph(self, stream=None) -> int:
         """The CUDA graph (``CUgraph`` handle as int) executed for ``stream``, for use as a child node."""
         self._need_planned("graph")
-        return self._path.graph(stream)
+        return self._exe.graph(self._stream(stream))
 
     def free(self) -> None:
         """Collective: release every resource (waits for in-flight GPU work first). Idempotent."""
         if self._state is _State.FREED or self._state is None:
             return
-        path, self._path = self._path, None
+        exe, self._exe = self._exe, None
         self._state = _State.FREED
-        self._operand = self._operand_obj = None
-        self._last_out = None
+        self._operand_obj = self._out = self._result = None
         if self._serial is not None:
             _runtime._unregister(self._serial)
-        if path is not None:
-            path.free()
+        if exe is not None:
+            exe.free()
 
     def _detach_result(self):
         """Hand the engine-owned result to the caller (function form): free() will not reclaim it."""
-        if self._path is not None:
-            self._path.detach_result()
+        if self._exe is not None:
+            self._exe.detach_result()
 
     def __enter__(self):
         return self
@@ -370,7 +389,7 @@ class Redistribute:
 
     def __repr__(self):
         st = self._state.name if self._state is not None else "INVALID"
-        return f"<redist.Redistribute {st} execution={getattr(self, '_execution', '?')}>"
+        return f"<redist.Redistribute {st} backend={getattr(self, '_backend', '?')}>"
 
 
 def _fmt_global(boxes) -> str:

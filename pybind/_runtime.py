@@ -14,9 +14,10 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 
-from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
+from .engine.backend import Context
+from .engine.errors import InvalidStateError, InvalidTypeError
 
-__all__ = ["ProcessGroup", "DistributedContext", "initialize", "finalize", "get_context"]
+__all__ = ["ProcessGroup", "DistributedContext", "initialize", "finalize", "get_context", "is_initialized"]
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,14 @@ class DistributedContext:
     """What :func:`get_context` returns.
 
     ``device_id`` is the CUDA device this process uses, or None when it runs CPU-only;
-    ``cuda`` is the CUDA/NVSHMEM runtime object (None when CPU-only).
+    ``cuda`` is the CUDA/NVSHMEM runtime object (None when CPU-only); ``engine`` is what the
+    backends get (redist's own duplicate of the communicator, and the CUDA runtime).
     """
 
     process_group: ProcessGroup
     device_id: int | None
     cuda: object | None = field(default=None, repr=False)
+    engine: Context | None = field(default=None, repr=False)
 
     @property
     def nvshmem_available(self) -> bool:
@@ -76,64 +79,6 @@ def _unregister(serial: int) -> None:
     _live.pop(serial, None)
 
 
-def _visible_gpus() -> tuple[int, str | None]:
-    """(number of CUDA devices, why not usable) without touching any device."""
-    try:
-        from cuda.bindings import driver
-    except ImportError:
-        return 0, "cuda-python is not installed (pip install 'redist[cuda]')"
-    try:
-        err, = driver.cuInit(0)
-    except Exception as e:  # noqa: BLE001 -- no driver library on this machine
-        return 0, f"no CUDA driver ({type(e).__name__})"
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return 0, f"cuInit failed ({err.name})"
-    err, n = driver.cuDeviceGetCount()
-    if err != driver.CUresult.CUDA_SUCCESS or n == 0:
-        return 0, "no CUDA device is visible"
-    try:
-        import nvshmem.core  # noqa: F401
-    except ImportError:
-        return 0, "nvshmem4py is not installed (pip install 'redist[cuda]')"
-    return n, None
-
-
-def _resolve_device(device_id, comm) -> int | None:
-    """Pick this rank's device. Collective: either every rank gets a GPU or none does."""
-    if device_id is None:
-        device_id = os.environ.get("REDIST_DEVICE") or None
-        if isinstance(device_id, str) and device_id.lstrip("-").isdigit():
-            device_id = int(device_id)
-    explicit = device_id is not None and device_id != "cpu"
-    bad = None
-    if device_id == "cpu":
-        ngpus, why = 0, "device_id='cpu'"
-    elif device_id is not None and (isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0):
-        ngpus, why, bad = 0, "invalid device_id", f"device_id must be None, 'cpu' or an integer >= 0, got {device_id!r}"
-    else:
-        ngpus, why = _visible_gpus()
-        if explicit and ngpus and device_id >= ngpus:
-            why, ngpus = f"device_id {device_id} but only {ngpus} device(s) are visible", 0
-    answers = comm.allgather((ngpus, why, bad))  # decided on gathered data: every rank raises alike
-    for r, (_, _, b) in enumerate(answers):
-        if b is not None:
-            raise InvalidValueError(f"rank {r}: {b}")
-    answers = [(n, w) for n, w, _ in answers]
-    if any(n == 0 for n, _ in answers):
-        if explicit:
-            r, (_, w) = next((r, a) for r, a in enumerate(answers) if a[0] == 0)
-            raise NotSupportedError(f"cannot use CUDA device {device_id}: on rank {r}, {w}")
-        return None
-    if explicit:
-        return device_id
-    from mpi4py import MPI
-
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    local = node.Get_rank()
-    node.Free()
-    return local % ngpus
-
-
 def _start(device_id, communicator) -> DistributedContext:
     from mpi4py import MPI
 
@@ -142,14 +87,25 @@ def _start(device_id, communicator) -> DistributedContext:
         raise InvalidTypeError(
             f"Unrecognized communicator type ({type(comm).__name__}). Need an mpi4py intra-communicator."
         )
+    if device_id is None:
+        device_id = os.environ.get("REDIST_DEVICE") or None
+        if isinstance(device_id, str) and device_id.lstrip("-").isdigit():
+            device_id = int(device_id)
     pg = ProcessGroup(comm, comm.Get_rank(), comm.Get_size())
-    dev = _resolve_device(device_id, comm)
-    cuda_rt = None
-    if dev is not None:
-        from .engine.cuda import runtime as cuda_runtime
+    own = comm.Dup()  # redist's traffic never meets the application's (one per context, freed by finalize)
+    try:
+        dev = None
+        if device_id != "cpu":
+            from .engine.cuda import runtime as cuda_runtime
 
-        cuda_rt = cuda_runtime.start(comm, dev)
-    return DistributedContext(pg, dev, cuda_rt)
+            dev = cuda_runtime.resolve_device(own, device_id)
+        cuda_rt = None
+        if dev is not None:
+            cuda_rt = cuda_runtime.start(own, dev)
+    except BaseException:
+        own.Free()
+        raise
+    return DistributedContext(pg, dev, cuda_rt, Context(own, cuda_rt))
 
 
 def initialize(device_id: int | str | None = None, communicator=None) -> None:
@@ -186,6 +142,10 @@ def finalize() -> None:
             from .engine.cuda import runtime as cuda_runtime
 
             cuda_runtime.stop()
+        from mpi4py import MPI
+
+        if not MPI.Is_finalized():
+            ctx.engine.comm.Free()
 
 
 def get_context() -> DistributedContext:
@@ -198,4 +158,5 @@ def get_context() -> DistributedContext:
 
 
 def is_initialized() -> bool:
+    """True between :func:`initialize` (or the first implicit use) and :func:`finalize`."""
     return _ctx is not None

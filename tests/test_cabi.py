@@ -25,7 +25,8 @@ from redist.engine.errors import STATUS
 pytestmark = [pytest.mark.cabi]
 
 API = [
-    "redist_initialize", "redist_finalize", "redist_comm_rank", "redist_create", "redist_plan", "redist_execute",
+    "redist_initialize", "redist_finalize", "redist_comm_rank", "redist_create", "redist_create_ex", "redist_plan",
+    "redist_execute",
     "redist_reset_operand", "redist_reset_operand_unchecked", "redist_release_operand", "redist_free",
     "redist_graph", "redist_get_error_string", "redist_get_last_error", "redist_version",
 ]

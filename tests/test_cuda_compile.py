@@ -7,13 +7,18 @@ memory through the kernel's own index maths. Runs in CI (needs cuda-core + NVRTC
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from redist import Slab
 from redist.engine import geometry as geo
 from redist.engine.cuda import kernels as K
-from redist.engine.cuda.lower import build_launch_list, emulate_job
+from redist.engine.cuda.emulator import emulate_job
+from redist.engine.cuda.launch_list import build_launch_list
+from redist.engine.errors import InvalidStateError, InvalidValueError
 from redist.engine.plan import make_plan
 
 
@@ -327,13 +332,18 @@ def test_blocks_split():
     assert K.blocks_for([1 << 30, 10], 132)[1] == 1
 
 
-def test_pybind_modules_import_without_gpu():
-    import redist._cuda_path as cp_
+def test_modules_import_without_gpu():
     import redist._symmetric as sm
+    from redist.engine.cuda import executable, lowering, mirror, symmetric
 
-    assert hasattr(cp_, "CudaPath") and hasattr(sm, "allocate_symmetric_memory")
-    with pytest.raises(ValueError, match=r"The package must be one of \('cupy', 'torch'\)"):
-        sm.allocate_symmetric_memory((2, 2), np)
+    assert hasattr(sm, "allocate_symmetric_memory") and hasattr(symmetric, "allocate")
+    assert executable.CudaExecutable and lowering.lower and mirror.MirrorExecutable
+    from redist.engine.errors import NotInitializedError
+
+    code = "import numpy, redist; redist.allocate_symmetric_memory((2, 2), numpy)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, REDIST_DEVICE="cpu"))
+    assert NotInitializedError.__name__ in res.stderr and "CPU-only" in res.stderr, res.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -508,6 +518,12 @@ class _Runtime:
     def check_alive(self):
         pass
 
+    def retire(self, serial, sym, dev):
+        self.retired = getattr(self, "retired", []) + [serial]
+
+    def reap(self):
+        pass
+
     def sym_alloc(self, n, *, owner="engine"):
         n = max(int(n), 1)
         ptr = self.heap + self._next
@@ -586,10 +602,20 @@ def _run_threads(p, fn):
     assert not any(errors), errors
 
 
+def _lower(rt, plan, backend="cuda", **kw):
+    from redist.engine.backend import Context, LowerOptions, lower
+
+    return lower(plan, Context(rt.comm, rt), LowerOptions(backend=backend, **kw))
+
+
+def _device_buffer(ptr, shape, itemsize, order="C"):
+    from redist.engine.buffer import Buffer
+
+    return Buffer(ptr, tuple(shape), geo.dense_strides(shape, order), itemsize, "cuda", 0)
+
+
 @pytest.mark.parametrize("transport", ["auto", "push", "put", "mixed"])
 def test_executable_on_a_simulated_job(transport):
-    from redist.engine.cuda.lower import lower
-
     p, gshape, itemsize = 3, (9, 10, 6), 8
     ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
     reach = np.ones((p, p), bool)
@@ -600,7 +626,8 @@ def test_executable_on_a_simulated_job(transport):
     def rank(hub, r):
         rt = _Runtime(hub, r, reach[r])
         plan = make_plan(r, ib, ob, itemsize=itemsize)
-        exe = lower(plan, rt, transport="auto" if transport == "mixed" else transport)
+        exe = _lower(rt, plan, transport="auto" if transport == "mixed" else transport)
+        exe.graphs = False  # no CUDA graphs in the simulation
         if transport == "mixed":
             assert (r == 1) == (exe.launch_list.put_to == ())
         ops = []
@@ -611,18 +638,28 @@ def test_executable_on_a_simulated_job(transport):
             ops.append(ptr)
         want = [expected_bytes(G, ob[r], "C") for G in (G1, G2)]
         out = rt.sym_alloc(exe.result_bytes, owner="user")  # an out= buffer, symmetric
+        out_buf = _device_buffer(out, plan.out_shape, itemsize)
+        assert exe.out_problem(out_buf) is None and exe.out_signature(out_buf) == out - rt.anchor
         for it in range(6):
             k = it % 2
-            exe.bind_input(ops[k])
-            exe.bind_output(out if it in (2, 3) else exe.result_ptr)
+            exe.rebind_input(ops[k])
+            exe.bind_output(out_buf if it in (2, 3) else None)
             if it == 4:
                 exe.release_workspace()
-            exe.execute(0, graph=False, sync_symmetric_memory=bool(it % 3))
+            exe.execute(0, sync=bool(it % 3))
             rt.comm.allgather(None)  # every rank done writing
             got = rt.hub.read(exe.output_ptr, len(want[k]))
             assert np.array_equal(got, want[k]), (r, it)
             rt.comm.allgather(None)  # every rank done reading
         assert exe._kernels["copy"].launch.vec == 4 or k == 0
+        # a problem on rank 1 only: every rank raises the same error, nobody launches
+        launches = rt.driver.launches
+        with pytest.raises(InvalidValueError, match="rank 1: planted"):
+            exe.execute(0, problem=("InvalidValueError", "planted") if r == 1 else None)
+        # ranks that disagree on sync_symmetric_memory: refused everywhere
+        with pytest.raises(InvalidValueError, match="different arguments"):
+            exe.execute(0, sync=r != 0)
+        assert rt.driver.launches == launches
         exe.free()
         assert set(rt.sym) == {rt.anchor, out}
 
@@ -630,8 +667,8 @@ def test_executable_on_a_simulated_job(transport):
 
 
 @pytest.mark.parametrize("memory", ["cuda", "cpu"])
-def test_cuda_path_on_a_simulated_job(memory):
-    from redist._cuda_path import CudaPath
+def test_backends_on_a_simulated_job(memory):
+    """The "cuda" executable (device operand) and the "cuda-mirror" one (host operand)."""
     from redist._operands import RawArray, wrap
 
     p, gshape = 2, (6, 8, 4)
@@ -640,10 +677,6 @@ def test_cuda_path_on_a_simulated_job(memory):
 
     def rank(hub, r):
         rt = _Runtime(hub, r)
-        ctx = types.SimpleNamespace(
-            cuda=rt, device_id=0, process_group=types.SimpleNamespace(comm=rt.comm, rank=r, nranks=p)
-        )
-        opts = types.SimpleNamespace(transport="auto", blocking="auto", execution="cuda", logger=None)
         a = operand_bytes(G, ib[r], geo.dense_strides(geo.box_shape(ib[r])), 4)
         if memory == "cuda":
             ptr = rt.dev_alloc(len(a))
@@ -651,47 +684,41 @@ def test_cuda_path_on_a_simulated_job(memory):
             obj = RawArray(ptr, geo.box_shape(ib[r]), None, 4, memory="cuda", device_id=0, dtype=np.float32)
         else:
             obj = a.view(np.float32).reshape(geo.box_shape(ib[r]))
-        op = wrap(obj)
         plan = make_plan(r, ib, ob, itemsize=4)
-        path = CudaPath(plan, op, ctx, opts, None, None)
-        path.executable.graphs = False  # no CUDA graphs in the simulation
-        res = path.execute(stream=None)
+        exe = _lower(rt, plan, "cuda" if memory == "cuda" else "cuda-mirror")
+        (exe if memory == "cuda" else exe._inner).graphs = False
+        exe.bind_input(wrap(obj).buffer)
+        exe.execute(0)
         rt.comm.allgather(None)
         want = expected_bytes(G, ob[r], "C")
+        res = exe.result
+        assert res.shape == plan.out_shape and res.memory == memory
         if memory == "cuda":
             got = rt.hub.read(res.ptr, len(want))
-            assert res.shape == plan.out_shape
-            assert path.out_signature(wrap(res)) == res.ptr - rt.anchor
-            assert path.out_problem(wrap(res)) is None
-            bad = RawArray(
-                rt.dev_alloc(len(want)), plan.out_shape, None, 4, memory="cuda", device_id=0, dtype=np.float32
-            )
-            assert "symmetric" in path.out_problem(wrap(bad))
+            assert exe.out_signature(None) == res.ptr - rt.anchor
+            assert exe.out_problem(res) is None
+            bad = _device_buffer(rt.dev_alloc(len(want)), plan.out_shape, 4)
+            assert "symmetric" in exe.out_problem(bad)
         else:
-            got = np.asarray(res).reshape(-1).view(np.uint8)
-            assert isinstance(res, np.ndarray) and res.shape == plan.out_shape
+            got = np.frombuffer(res.owner, np.uint8)[: len(want)]
+            assert exe.out_signature(None) is None and "host memory" in exe.out_problem(
+                _device_buffer(0, plan.out_shape, 4))
         assert np.array_equal(got, want)
-        path.rebind(obj)
-        path.release_operand()
-        path.free()
+        exe.release_input()
+        with pytest.raises(InvalidStateError, match="released"):
+            exe.execute(0)
+        exe.free()
 
     _run_threads(p, rank)
 
 
-def test_cuda_path_without_runtime_raises_not_initialized():
-    from redist._cuda_path import CudaPath
-    from redist._operands import RawArray, wrap
+def test_cuda_lowering_without_runtime_raises_not_initialized():
+    from redist.engine.backend import Context, LowerOptions, lower
     from redist.engine.errors import NotInitializedError
 
-    comm = _Comm(_Hub(1), 0)
-    ctx = types.SimpleNamespace(
-        cuda=None, device_id=None, process_group=types.SimpleNamespace(comm=comm, rank=0, nranks=1)
-    )
-    opts = types.SimpleNamespace(transport="auto", blocking="auto", execution="cuda", logger=None)
-    op = wrap(RawArray(4096, (4, 4), None, 4, memory="cuda", device_id=0, dtype=np.float32))
     plan = make_plan(0, slab_boxes((4, 4), 1, 0), slab_boxes((4, 4), 1, 1), itemsize=4)
     with pytest.raises(NotInitializedError, match="NVSHMEM is not initialised"):
-        CudaPath(plan, op, ctx, opts, None, None)
+        lower(plan, Context(_Comm(_Hub(1), 0)), LowerOptions(backend="cuda"))
 
 
 def test_heap_limit_is_checked_before_nvshmem_malloc(monkeypatch):

@@ -14,7 +14,8 @@ import pytest
 
 from redist import Slab
 from redist.engine import errors
-from redist.engine.validate import RankSpec, check_specs, consensus_order, local_error, raise_first
+from redist.engine import collective
+from redist.engine.validate import RankSpec, check_specs, consensus_order, raise_first
 
 G = (7, 4)  # global shape of the baseline problem: 3 ranks, Slab.X -> Slab.Y
 
@@ -110,31 +111,39 @@ def test_offset_global_box_is_valid():
 
 
 @pytest.mark.parametrize(
-    "name, exc",
+    "raised, exc",
     [
-        ("TypeError", TypeError),
-        ("ValueError", ValueError),
-        ("NotImplementedError", NotImplementedError),
-        ("InvalidTypeError", errors.InvalidTypeError),
-        ("NotSupportedError", errors.NotSupportedError),
-        ("BindDistributionError", errors.BindDistributionError),
-        ("SomethingUnknown", errors.InvalidValueError),  # unknown classes become InvalidValueError
+        (TypeError("x"), errors.InvalidTypeError),
+        (ValueError("x"), errors.InvalidValueError),
+        (OverflowError("x"), errors.InvalidValueError),
+        (NotImplementedError("x"), errors.NotSupportedError),
+        (errors.InvalidTypeError("x"), errors.InvalidTypeError),
+        (errors.NotSupportedError("x"), errors.NotSupportedError),
+        (errors.BindDistributionError("x"), errors.BindDistributionError),
+        (ZeroDivisionError("x"), errors.InternalError),  # not an input error: a bug
     ],
 )
-def test_local_error_is_reraised_with_its_class(name, exc):
-    sp = specs(r1={"error": (name, "the operand is a list")}, r2={"error": ("ValueError", "later rank")})
+def test_local_error_is_reraised_with_one_class(raised, exc):
+    """collective.problem encodes any exception with the one table; check_specs raises that class."""
+    name, _ = collective.problem(raised)
+    sp = specs(r1={"error": (name, "the operand is a list")}, r2={"error": ("InvalidValueError", "later rank")})
     cls, msg = check_specs(sp)
-    assert cls is exc
+    assert cls is exc and errors.status_of(raised) == exc.status
     assert msg == "rank 1: the operand is a list"  # the first failing rank, named
     with pytest.raises(exc, match="^rank 1: the operand is a list$"):
         raise_first(sp)
+
+
+def test_unknown_class_names_are_internal_errors():
+    sp = specs(r1={"error": ("SomethingUnknown", "?")})
+    assert check_specs(sp)[0] is errors.InternalError
 
 
 def test_local_error_round_trip_and_precedence():
     try:
         raise errors.InvalidTypeError("numpy.matrix is not supported")
     except errors.InvalidTypeError as e:
-        enc = local_error(e)
+        enc = collective.problem(e)
     assert enc == ("InvalidTypeError", "numpy.matrix is not supported")
     # a carried error wins over every other problem (here: inconsistent ndim as well)
     sp = specs(r2={"error": enc, "ndim": 5})

@@ -236,6 +236,62 @@ int main(int argc, char **argv)
         EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
     }
 
+    /* --- options: redist_create_ex ------------------------------------------------------------- */
+    {
+        redist_options_t opts;
+        double *f;
+        long bad = 0;
+        redist_options_init(&opts);
+        TRUE(opts.struct_size == sizeof(redist_options_t) && opts.version == REDIST_OPTIONS_VERSION);
+        int64_t cst[2] = {N, 1}; /* the operand is C-ordered; NULL strides would mean dense in opts.order */
+        opts.order = REDIST_ORDER_F;
+        opts.host_method = REDIST_HOST_METHOD_DATATYPE;
+        EXPECT(redist_create_ex(&hs, 2, lo, hi, cst, olo, ohi, 8, REDIST_MEMORY_HOST, a, &opts), REDIST_SUCCESS,
+               NULL);
+        EXPECT(redist_plan(hs, NULL), REDIST_SUCCESS, NULL);
+        EXPECT(redist_execute(hs, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+        f = res;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < bn; j++)
+                bad += f[i + j * M] != val(i, olo[1] + j, 0.0); /* the result is column-major */
+        TRUE(bad == 0);
+        EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+        /* NULL options: the defaults (C order) */
+        EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, NULL), REDIST_SUCCESS,
+               NULL);
+        EXPECT(redist_plan(hs, NULL), REDIST_SUCCESS, NULL);
+        EXPECT(redist_execute(hs, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+        TRUE(bn == 0 || ((double *)res)[0] == val(0, olo[1], 0.0));
+        EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+        /* a wrong struct_size, or version, or field, on the last rank only: INVALID_VALUE everywhere */
+        redist_options_t bad_opts = opts;
+        if (rank == nranks - 1)
+            bad_opts.struct_size = sizeof(redist_options_t) + 8;
+        hs = (redist_t)0x1;
+        EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &bad_opts),
+               REDIST_ERROR_INVALID_VALUE, want);
+        TRUE(hs == NULL);
+        if (rank == 0)
+            printf("bad struct_size on rank %d -> rank 0 got: %s\n", nranks - 1, redist_get_last_error());
+        TRUE(strstr(redist_get_last_error(), "struct_size") != NULL);
+        bad_opts = opts;
+        if (rank == nranks - 1)
+            bad_opts.version = 99;
+        EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &bad_opts),
+               REDIST_ERROR_INVALID_VALUE, "version");
+        bad_opts = opts;
+        if (rank == nranks - 1)
+            bad_opts.host_method = 17;
+        EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &bad_opts),
+               REDIST_ERROR_INVALID_VALUE, "host_method");
+        if (nranks > 1) { /* options that differ between ranks */
+            bad_opts = opts;
+            bad_opts.host_method = rank % 2 ? REDIST_HOST_METHOD_PACK : REDIST_HOST_METHOD_HYBRID;
+            EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &bad_opts),
+                   REDIST_ERROR_INVALID_VALUE, "options");
+        }
+    }
+
     /* --- use after free, bad handles -------------------------------------------------------------- */
     EXPECT(redist_free(h), REDIST_SUCCESS, NULL);
     EXPECT(redist_execute(h, NULL, NULL, &res), REDIST_ERROR_INVALID_STATE, "freed");

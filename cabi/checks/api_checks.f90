@@ -12,6 +12,7 @@ program api_checks
   integer :: nchecks = 0, nfail = 0
   integer(c_int64_t) :: r0, r1, c0, c1, i, j
   type(redist_t) :: h, hs
+  type(redist_options_t) :: opts
   type(c_ptr) :: res
   real(c_double), allocatable, target :: a(:,:), pad(:,:)
   real(c_double), pointer :: b(:,:)
@@ -70,6 +71,22 @@ program api_checks
   call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute strided")
   call check_columns(res, "strided operand")
   call expect(redist_free(hs), REDIST_SUCCESS, "", "free strided")
+
+  ! options: the pack host method through redist_options_t; a wrong struct_size on the last rank
+  call redist_options_init_f(opts)
+  call truth(opts%version == REDIST_OPTIONS_VERSION .and. opts%order == REDIST_ORDER_F, "options defaults")
+  opts%host_method = REDIST_HOST_METHOD_PACK
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_SUCCESS, "", "create_f options")
+  call expect(redist_plan(hs, c_null_ptr), REDIST_SUCCESS, "", "plan options")
+  call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute options")
+  call check_columns(res, "host method pack")
+  call expect(redist_free(hs), REDIST_SUCCESS, "", "free options")
+  if (rank == nranks - 1) opts%struct_size = opts%struct_size - 4
+  write (want, '(a,i0)') "rank ", nranks - 1
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_ERROR_INVALID_VALUE, trim(want), &
+              "wrong struct_size on the last rank")
 
   call expect(redist_free(h), REDIST_SUCCESS, "", "free")
   call expect(redist_execute(h, c_null_ptr, c_null_ptr, res), REDIST_ERROR_INVALID_STATE, "freed", &

@@ -131,9 +131,14 @@ int main(int argc, char **argv)
         u[0][n] = (double)(xlo[0] * gs[1] * gs[2] + n);
 
     redist_t fwd, back;
-    /* fwd: Slab.X -> Slab.Y, operand u[0] (dense, C order). */
-    CHECK(redist_create(&fwd, 3, xlo, xhi, NULL, ylo, yhi, sizeof(double), REDIST_ORDER_C, REDIST_MEMORY_HOST,
-                        u[0]));
+    /* fwd: Slab.X -> Slab.Y, operand u[0] (dense, C order), with options: the host method pack
+       (numpy pack/unpack through staging) and a C-ordered result. */
+    redist_options_t opts;
+    redist_options_init(&opts);
+    opts.order = REDIST_ORDER_C;
+    opts.host_method = REDIST_HOST_METHOD_PACK;
+    opts.transport = REDIST_TRANSPORT_AUTO; /* device memory only; ignored on the host */
+    CHECK(redist_create_ex(&fwd, 3, xlo, xhi, NULL, ylo, yhi, sizeof(double), REDIST_MEMORY_HOST, u[0], &opts));
     /* back: Slab.Y -> Slab.X; its real operand is fwd's result, bound in the loop. */
     double *scratch = malloc((ys[0] * ys[1] * ys[2] + 1) * sizeof(double));
     CHECK(redist_create(&back, 3, ylo, yhi, NULL, xlo, xhi, sizeof(double), REDIST_ORDER_C, REDIST_MEMORY_HOST,

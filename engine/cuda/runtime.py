@@ -19,10 +19,11 @@ import logging
 import os
 import threading
 
+from .. import collective
 from ..errors import CudaError, InvalidStateError, InvalidValueError, NotInitializedError, NotSupportedError
 from .graph import check, driver_api
 
-__all__ = ["Runtime", "current", "is_started", "start", "stop"]
+__all__ = ["Runtime", "current", "is_started", "resolve_device", "start", "stop", "visible_devices"]
 
 _log = logging.getLogger("redist.cuda")
 _lock = threading.RLock()
@@ -86,6 +87,8 @@ class Runtime:
             )
         self.driver = driver_api()
         self._sym: dict[int, list] = {}  # base pointer -> [nbytes, owner ("engine" | "user")]
+        self._retired: dict[int, tuple[list, list]] = {}  # serial -> (symmetric, device) memory of dropped objects
+        self._retired_lock = threading.Lock()
         self._freed: set[int] = set()
         self._sym_bytes = 0
         self._functions: dict[tuple[int, int], tuple[dict[int, int], list]] = {}
@@ -123,10 +126,7 @@ class Runtime:
                 _nvshmem_ours = True
             except Exception as e:  # noqa: BLE001 -- reported on every rank below
                 err = f"NVSHMEM initialisation (UID bootstrap) failed: {e}"
-        errs = self.comm.allgather(err)
-        bad = next(((r, e) for r, e in enumerate(errs) if e), None)
-        if bad is not None:
-            raise CudaError(f"rank {bad[0]}: {bad[1]}")
+        collective.agree(self.comm, None if err is None else CudaError(err))
         if _nvshmem_ours and not _atexit_done:
             atexit.register(_finalize_nvshmem)
             _atexit_done = True
@@ -180,21 +180,15 @@ class Runtime:
         The size is checked against the heap limit on every rank first (InvalidValueError on all
         ranks), because a failed nvshmem_malloc is fatal in NVSHMEM 3.4.
         """
-        from mpi4py import MPI
-
         self.check_alive()
         n = max(int(nbytes), 1)
-        problems = self.comm.allgather(self._heap_problem(n))
-        bad = next(((r, p) for r, p in enumerate(problems) if p), None)
-        if bad is not None:
-            raise InvalidValueError(bad[1] if bad[0] == self.rank else f"rank {bad[0]}: {bad[1]}")
+        problem = self._heap_problem(n)
+        collective.agree(self.comm, None if problem is None else InvalidValueError(problem))
         ptr = int(self.nb.align(SYM_ALIGN, n))
-        ok = self.comm.allreduce(1 if ptr else 0, op=MPI.MIN)
-        if not ok:
-            raise InvalidValueError(
-                f"nvshmem_malloc of {n} bytes failed{'' if ptr == 0 else ' on another rank'}; the symmetric heap "
-                f"holds {self._sym_bytes} bytes of redist's. Raise NVSHMEM_SYMMETRIC_SIZE / NVSHMEM_MAX_MEMORY_PER_GPU"
-            )
+        failed = None if ptr else InvalidValueError(
+            f"nvshmem_malloc of {n} bytes failed; the symmetric heap holds {self._sym_bytes} bytes of redist's. "
+            "Raise NVSHMEM_SYMMETRIC_SIZE / NVSHMEM_MAX_MEMORY_PER_GPU")
+        collective.agree(self.comm, failed)
         self._sym[ptr] = [n, owner]
         self._freed.discard(ptr)
         self._sym_bytes += n
@@ -208,6 +202,31 @@ class Runtime:
         self._sym_bytes -= ent[0]
         self._freed.add(ptr)
         self.nb.free(ptr)
+
+    def retire(self, serial: int, symmetric: list[int], device: list[int]) -> None:
+        """Memory of an object garbage-collected without free() (local: called from a finalizer).
+
+        Freed by :meth:`reap`, at the next collective point, once every rank has retired ``serial``.
+        """
+        with self._retired_lock:
+            self._retired[serial] = (list(symmetric), list(device))
+
+    def reap(self) -> None:
+        """Collective: free what every rank has retired (in serial order, after the GPU is idle)."""
+        with self._retired_lock:
+            mine = sorted(self._retired)
+        every = collective.agree(self.comm, None, mine)
+        common = sorted(set(every[0]).intersection(*every[1:])) if every else []
+        if not common:
+            return
+        self.synchronize()
+        for serial in common:
+            with self._retired_lock:
+                sym, dev = self._retired.pop(serial)
+            for p in dev:
+                self.dev_free(p)
+            for p in sym:
+                self.sym_free(p)
 
     def sym_lookup(self, ptr: int):
         """(base, nbytes, owner) of the live allocation containing ``ptr``, or None."""
@@ -304,7 +323,13 @@ class Runtime:
         if self.stopped:
             return
         self.synchronize()
-        # leftover allocations (user arrays never freed, detached results): same order on every rank
+        with self._retired_lock:
+            retired, self._retired = self._retired, {}
+        for _, dev in retired.values():
+            for p in dev:
+                self.dev_free(p)
+        # leftover allocations (user arrays never freed, detached results, memory of dropped
+        # objects): same order on every rank
         left = sorted((p for p, (_, o) in self._sym.items() if o != "runtime"), key=self.heap_offset)
         if left:
             _log.warning("redist: freeing %d symmetric allocation(s) still live at finalize", len(left))
@@ -357,7 +382,7 @@ def _check_one_process_per_gpu(comm, device_id: int) -> None:
                 where = bus.split(b"\0", 1)[0].decode() if isinstance(bus, bytes) else str(bus)
     except Exception:  # noqa: BLE001 -- no answer: skip the check rather than fail start-up
         where = None
-    keys = comm.allgather(None if where is None else (socket.gethostname(), where))
+    keys = collective.agree(comm, None, None if where is None else (socket.gethostname(), where))
     seen: dict = {}
     for r, k in enumerate(keys):
         if k is None:
@@ -368,6 +393,62 @@ def _check_one_process_per_gpu(comm, device_id: int) -> None:
                 "GPU (pass redist.initialize(device_id=...) or set CUDA_VISIBLE_DEVICES per rank)"
             )
         seen[k] = r
+
+
+def visible_devices() -> tuple[int, str | None]:
+    """(number of CUDA devices this process can use, why none when 0) without touching a device."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return 0, "cuda-python is not installed (pip install 'redist[cuda]')"
+    try:
+        (err,) = driver.cuInit(0)
+    except Exception as e:  # noqa: BLE001 -- no driver library on this machine
+        return 0, f"no CUDA driver ({type(e).__name__})"
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return 0, f"cuInit failed ({err.name})"
+    err, n = driver.cuDeviceGetCount()
+    if err != driver.CUresult.CUDA_SUCCESS or n == 0:
+        return 0, "no CUDA device is visible"
+    try:
+        import nvshmem.core  # noqa: F401
+    except ImportError:
+        return 0, "nvshmem4py is not installed (pip install 'redist[cuda]')"
+    return n, None
+
+
+def resolve_device(comm, device_id) -> int | None:
+    """Collective: this rank's CUDA device, or None for a CPU-only run (then on every rank).
+
+    ``device_id``: None = "local rank modulo visible devices" when every rank has one (else
+    CPU-only), an integer >= 0 forces that device (NotSupportedError on every rank if some rank
+    cannot use it), "cpu" never touches a GPU.
+    """
+    explicit = device_id is not None and device_id != "cpu"
+    bad = None
+    if device_id == "cpu":
+        ngpus, why = 0, "device_id='cpu'"
+    elif device_id is not None and (isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0):
+        ngpus, why = 0, "invalid device_id"
+        bad = InvalidValueError(f"device_id must be None, 'cpu' or an integer >= 0, got {device_id!r}")
+    else:
+        ngpus, why = visible_devices()
+        if explicit and ngpus and device_id >= ngpus:
+            why, ngpus = f"device_id {device_id} but only {ngpus} device(s) are visible", 0
+    answers = collective.agree(comm, bad, (ngpus, why))
+    if any(n == 0 for n, _ in answers):
+        if explicit:
+            r, (_, w) = next((r, a) for r, a in enumerate(answers) if a[0] == 0)
+            raise NotSupportedError(f"cannot use CUDA device {device_id}: on rank {r}, {w}")
+        return None
+    if explicit:
+        return device_id
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local = node.Get_rank()
+    node.Free()
+    return local % ngpus
 
 
 def start(comm, device_id: int) -> Runtime:

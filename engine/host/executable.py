@@ -1,14 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The MPI host backend: a :class:`~redist.engine.plan.Plan` lowered to persistent MPI requests.
 
-``lower(plan, comm, method=...)`` (collective) duplicates ``comm`` (so tags never collide with
-other executables or with the caller's traffic), and turns every remote transfer into a
-*message* seen from this rank: its peer, its bytes, and the strided region it reads from the
-operand (a send, from ``transfer.pack``) or writes into the result (a receive, from
-``transfer.unpack``). Both regions walk the elements in the same order, the one of the dense
-staging slot, so sender and receiver agree on the byte stream without knowing each other's
-strides. A region that is one contiguous run is always sent or received in place. The others
-depend on the method:
+``lower(plan, ctx, options)`` (collective) turns every remote transfer into a *message* seen
+from this rank: its peer, its bytes, and the strided region it reads from the operand (a send,
+from ``transfer.pack``) or writes into the output (a receive, from ``transfer.unpack``). Both
+regions walk the elements in the same order, the one of the dense staging slot, so sender and
+receiver agree on the byte stream without knowing each other's strides. A region that is one
+contiguous run is always sent or received in place. The others depend on the method:
 
 ``"hybrid"`` (what ``"auto"`` picks)
     persistent ``Send_init``/``Recv_init``; each strided message goes as an MPI derived datatype
@@ -17,26 +15,35 @@ depend on the method:
 ``"datatype"``
     persistent ``Send_init``/``Recv_init`` whose non-contiguous regions are all MPI derived
     datatypes (nested ``hvector`` over bytes), so MPI packs straight from the operand into its
-    transport and unpacks straight into the result: no user-level pack, no staging.
+    transport and unpacks straight into the output: no user-level pack, no staging.
 ``"pack"``
     persistent ``Send_init``/``Recv_init`` on engine-owned staging for the non-contiguous
     regions: numpy packs them (one memcpy per contiguous run) into a send slot, and unpacks
     receive slots after the wait.
 ``"alltoallw"``
     one persistent ``Alltoallw_init`` (MPI-4 persistent collective) over ``MPI.BOTTOM`` with the
-    same derived datatypes at absolute addresses. A persistent collective is tied to its buffers
-    and can only be re-created collectively, so every execute first agrees (one tiny
-    ``Allreduce``) on whether any rank rebound a buffer, and if so all ranks re-create it.
+    same derived datatypes at absolute addresses, re-created (collectively) after a rebind.
 
-``execute()`` = start receives and in-place sends → pack + start staged sends → local copy
-(numpy, fused runs) → wait → unpack. Every numpy view, request and datatype is made when a buffer
-is bound or staging is (re)created, never per call.
+Regions with a negative or zero stride (``a[::-1]``, broadcast views) always go through numpy.
 
-Measured on 2 ranks (perf/RESULTS.md): a datatype send of long runs beats pack + send (MPI packs
-straight into its shared-memory transport, saving one full copy), but MPICH's datatype engine is
-slow on short runs (element-strided or Z-slab regions: up to 7x slower than numpy), hence
-``"hybrid"``. ``"alltoallw"`` is as fast as ``"datatype"`` but makes rebinding collective, so it is
-never picked automatically.
+**Buffers and caches.** The executable owns its result (dense in ``plan.out_order``) and binds
+the operand and the output by address. Requests, datatype buffers and numpy views are made per
+address and kept in small caches (:data:`CACHE_SIZE` entries per side), so a time loop that
+alternates between a few buffers rebinds with a dictionary lookup. Cached entries hold no
+reference to user memory (only the current binding does).
+
+**Agreement at no extra cost.** ``execute(problem=...)`` must make every rank raise if any rank
+has a local problem. With ``P <= COMPLETE_MAX`` every ordered pair of ranks exchanges a message
+in every execute (a zero-byte one where no data moves), receives are posted with ``ANY_TAG``,
+and the tag says whether the sender is well: a rank with a problem sends scratch bytes with the
+error tag (its requests may point at a released operand or a bad ``out=``, so it starts none of
+them and writes nothing into its output). After the wait every rank knows whether any rank
+failed, and only then do they gather the messages (:mod:`..collective`) to raise the same error.
+Larger jobs and ``"alltoallw"`` agree with one small ``Allreduce`` per execute instead.
+
+Everything is local except :func:`lower` (collective) and ``execute``; ``free`` is local: the
+communicator belongs to the context, not to the executable, so a dropped executable releases
+all it holds when garbage-collected.
 """
 
 from __future__ import annotations
@@ -44,15 +51,18 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import OrderedDict
 
 import numpy as np
 
+from .. import collective
+from ..buffer import Buffer, self_overlapping
 from ..errors import CommunicationError, InvalidStateError, InvalidValueError, NotSupportedError
 from ..plan import STAGING_ALIGN, Plan, Transfer
 from ..strided import HostBuffer
 from ._datatypes import copy_views, empty_bytes, is_contiguous, region_datatype, span_bytes
 
-__all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "available_methods", "lower"]
+__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "available_methods", "lower"]
 
 METHODS = ("hybrid", "datatype", "pack", "alltoallw")
 AUTO_METHOD = "hybrid"
@@ -63,7 +73,10 @@ _METHOD_TEXT = {
     "pack": "persistent Send_init/Recv_init, numpy pack/unpack through engine-owned staging",
     "alltoallw": "persistent Alltoallw_init over MPI.BOTTOM with MPI derived datatypes",
 }
-_TAG = 0x5D  # every executable has its own communicator, so one tag is enough
+#: prepared request sets kept per side (operand addresses; output address + strides)
+CACHE_SIZE = 4
+#: up to this many ranks, execute agrees through message tags (zero-byte messages fill the gaps)
+COMPLETE_MAX = 16
 
 
 # "hybrid" sends a strided region as an MPI datatype only where that measured faster than numpy
@@ -97,36 +110,24 @@ def _align(n: int) -> int:
 
 
 class _Msg:
-    """One remote transfer seen from this rank (a send or a receive)."""
+    """One remote transfer seen from this rank (a send or a receive) and how it moves."""
 
-    __slots__ = (
-        "dtype",
-        "mode",
-        "nbytes",
-        "offset",
-        "pair",
-        "peer",
-        "req",
-        "shape",
-        "slot",
-        "span",
-        "strides",
-        "transfer",
-    )
+    __slots__ = ("copy", "dtype", "mode", "nbytes", "offset", "peer", "shape", "slot", "span", "strides")
 
     def __init__(self, t: Transfer, send: bool, method: str, itemsize: int):
         c = t.pack if send else t.unpack
-        self.transfer = t
+        self.copy = c
         self.peer = t.dst if send else t.src
         self.nbytes = t.nbytes
         if send:
             self.offset, self.shape, self.strides = c.src_offset, c.shape, c.src_strides
         else:
             self.offset, self.shape, self.strides = c.dst_offset, c.shape, c.dst_strides
-        self.span = span_bytes(self.shape, self.strides, itemsize)
+        positive = all(s > 0 for s in self.strides)
+        self.span = span_bytes(self.shape, self.strides, itemsize) if positive else 0
         if is_contiguous(self.shape, self.strides):
             self.mode = "direct"
-        elif method == "pack":
+        elif method == "pack" or not positive:
             self.mode = "staged"
         elif method == "hybrid":
             runs, run = self.runs
@@ -135,8 +136,6 @@ class _Msg:
             self.mode = "datatype"
         self.dtype = None  # committed MPI datatype when mode == "datatype"
         self.slot = -1  # byte offset in this rank's staging when mode == "staged"
-        self.req = None  # persistent request (p2p methods)
-        self.pair = None  # (dst_view, src_view) of the pack / unpack copy when staged
 
     @property
     def runs(self) -> tuple[int, int]:
@@ -145,145 +144,283 @@ class _Msg:
         return math.prod(self.shape) // run, run
 
 
+class _Side:
+    """The requests and views of one binding (an operand address, or an output address + strides)."""
+
+    __slots__ = ("copies", "requests", "staged_requests")
+
+    def __init__(self):
+        self.requests: list = []  # persistent requests straight on the bound buffer
+        self.copies: list = []  # (dst_view, src_view) pack or unpack pairs through staging
+        self.staged_requests: list = []  # the staging requests that go with ``copies`` (sends only)
+
+    def free(self) -> None:
+        for r in self.requests:
+            r.Free()
+        self.requests, self.copies, self.staged_requests = [], [], []
+
+
 class HostExecutable:
     """A plan bound to MPI: see the module docstring. Made by :func:`lower`."""
 
-    def __init__(self, plan: Plan, comm, method: str, logger: logging.Logger | None):
+    backend = "host"
+
+    def __init__(self, plan: Plan, comm, method: str, tag: int, logger: logging.Logger | None):
         MPI = _mpi()
         self._MPI = MPI
         self.plan = plan
         self.method = method
-        self.comm = comm  # the executable's own duplicate
+        self.comm = comm  # the context's communicator (not owned)
         self._logger = logger
-        self._itemsize = plan.itemsize
         isz = plan.itemsize
+        self._itemsize = isz
+        span = max(1, (int(comm.Get_attr(MPI.TAG_UB)) + 1) // 2)  # executable k: tags 2k (well), 2k + 1 (failed)
+        self._ok_tag = 2 * (tag % span)
+        self._err_tag = self._ok_tag + 1
+        self._complete = method != "alltoallw" and 1 < plan.nranks <= COMPLETE_MAX
         self._sends = [_Msg(t, True, method, isz) for t in plan.sends]
-        self._recvs = [_Msg(t, False, method, isz) for t in plan.recvs]
-        self._msgs = self._sends + self._recvs
-        for m in self._msgs:
-            if m.mode == "datatype":
-                m.dtype = region_datatype(MPI, m.shape, m.strides, isz)
-        # compact host staging: only the staged messages get a slot (host staging needn't be symmetric)
-        self._send_stage_bytes = self._recv_stage_bytes = 0
+        self._send_stage_bytes = 0
+        self._staged_send_reqs: list = [None] * len(self._sends)
         for m in self._sends:
             if m.mode == "staged":
                 m.slot = self._send_stage_bytes
                 self._send_stage_bytes += _align(m.nbytes)
-        for m in self._recvs:
-            if m.mode == "staged":
-                m.slot = self._recv_stage_bytes
-                self._recv_stage_bytes += _align(m.nbytes)
-        self._needs_staging = any(m.mode == "staged" for m in self._msgs)
-        self._send_stage = self._recv_stage = None
-        self._in: HostBuffer | None = None
-        self._out: HostBuffer | None = None
-        self._in_dirty = self._out_dirty = True
-        self._dirty = True  # anything at all to (re)build before the next execute
-        self._local = None  # (dst_view, src_view) of the local copy
-        # what execute walks (rebuilt by _prepare, never per call)
+            elif m.mode == "datatype":
+                m.dtype = region_datatype(MPI, m.shape, m.strides, isz)
+        # the engine-owned result, dense in plan.out_order
+        self._result_bytes = empty_bytes(plan.out_elements * isz)
+        self.result = Buffer(self._result_bytes.ctypes.data, plan.out_shape, plan.out_strides, isz, "cpu",
+                             owner=self._result_bytes)
+        # receive layouts per output strides: {strides: (plan, [msgs], recv staging bytes)}
+        self._layouts: dict = {}
+        self._send_stage = None
+        self._recv_stage: dict = {}  # strides -> staging bytes
+        self._in_ptr = 0  # the bound operand: address and the object keeping it alive
+        self._in_owner = None
+        self._bound = False
+        self._out: Buffer = self.result
+        self._out_key = (self.result.ptr, self.result.strides)
+        self._sides_in: OrderedDict = OrderedDict()  # operand address -> _Side
+        self._sides_out: OrderedDict = OrderedDict()  # (address, strides) -> _Side
+        self._combos: OrderedDict = OrderedDict()  # (in address, out key) -> what execute walks
+        self._null_buf = np.zeros(1, np.uint8)
+        self._null_from: list[int] = []  # peers of the zero-byte messages (tag channel)
+        self._null_to: list[int] = []
+        self._null_recvs: list = []
+        self._null_sends: list = []
+        self._make_nulls()
+        self._ready = False  # the fields below match the current binding
         self._first: list = []  # receives + in-place sends, started together
         self._packs: list = []  # (dst_view, src_view, request) of staged sends
         self._unpacks: list = []  # (dst_view, src_view) of staged receives
-        self._reqs: list = []  # every p2p request, for Waitall
-        # alltoallw
+        self._reqs: list = []  # every p2p request, receives first, for Waitall
+        self._nrecv = 0
+        self._statuses: list = []
+        self._local = None  # (dst_view, src_view) of the local copy
         self._a2a = None
-        self._a2a_dirty = True
-        self._flag = np.zeros(1, dtype=np.int32)
-        self._flag_any = np.zeros(1, dtype=np.int32)
+        self._a2a_key = None
+        self._flag = np.zeros(2, dtype=np.int64)
+        self._flag_any = np.zeros(2, dtype=np.int64)
         self._freed = False
 
-    # -- binding (cheap: the real work is deferred to the next execute) ---------------------
+    # -- binding ------------------------------------------------------------------------------
 
-    def bind_input(self, buf: HostBuffer) -> None:
-        """Read the operand from ``buf`` (element 0 at ``buf.ptr``) from the next execute on."""
+    def bind_input(self, buf: Buffer) -> None:
+        """Read the operand from ``buf`` from the next execute on."""
         if buf.itemsize != self._itemsize:
             raise InvalidValueError(f"operand itemsize {buf.itemsize} != planned {self._itemsize}")
-        old, self._in = self._in, buf
-        if old is None or old.ptr != buf.ptr:
-            self._in_dirty = self._dirty = True
+        self.rebind_input(buf.ptr, buf.owner)
 
-    def bind_output(self, buf: HostBuffer) -> None:
-        """Write the result into ``buf`` (dense in ``plan.out_order``) from the next execute on."""
-        if buf.itemsize != self._itemsize:
-            raise InvalidValueError(f"result itemsize {buf.itemsize} != planned {self._itemsize}")
-        old, self._out = self._out, buf
-        if old is None or old.ptr != buf.ptr:
-            self._out_dirty = self._dirty = True
+    def rebind_input(self, ptr: int, owner: object = None) -> None:
+        """A new operand address (same layout), nothing checked: reset_operand_unchecked."""
+        self._in_owner = owner
+        if ptr != self._in_ptr or not self._bound:
+            self._in_ptr = ptr
+            self._bound = True
+            self._ready = False
+
+    def bind_output(self, buf: Buffer | None) -> None:
+        """Write into ``buf`` (any strides; None: the engine-owned result) from the next execute on."""
+        buf = self.result if buf is None else buf
+        key = (buf.ptr, buf.strides)
+        self._out = buf
+        if key != self._out_key:
+            self._out_key = key
+            self._ready = False
+
+    def out_problem(self, buf: Buffer) -> str | None:
+        p = self.plan
+        if buf.memory != "cpu":
+            return f"out= must be in host memory like the operand, got memory {buf.memory!r}"
+        if buf.itemsize != p.itemsize:
+            return f"out= has {buf.itemsize}-byte elements, expected {p.itemsize}"
+        if buf.shape != p.out_shape:
+            return f"out= has shape {buf.shape}, expected {p.out_shape} (the output box {p.out_box})"
+        if buf.readonly:
+            return "out= is read-only"
+        if self_overlapping(buf.shape, buf.strides):
+            return f"out= has strides {buf.strides} (elements) that make elements overlap in memory"
+        if buf.size and not buf.ptr:
+            return "out= has a NULL address"
+        if self.method == "alltoallw" and any(s <= 0 for n, s in zip(buf.shape, buf.strides) if n > 1):
+            return f"out= has strides {buf.strides}; host method 'alltoallw' needs positive strides"
+        return None
+
+    def out_signature(self, buf: Buffer | None) -> int | None:
+        return None  # host outputs are private to each rank: nothing to agree on
 
     def release_input(self) -> None:
-        """Drop every reference to the operand (views, buffer); bind_input() again before execute()."""
-        self._in = None
+        """Drop every reference to the operand; bind_input() again before execute()."""
+        self._in_owner = None
+        self._in_ptr = 0
+        self._bound = False
+        for side in self._sides_in.values():
+            side.free()
+        self._sides_in.clear()
+        self._combos.clear()
         self._local = None
-        for m in self._sends:
-            m.pair = None
         self._packs = []
-        self._in_dirty = self._dirty = True
+        self._ready = False
 
-    # -- building -------------------------------------------------------------------------
+    # -- building (per binding, cached) ---------------------------------------------------------
 
     def _buffer(self, ptr: int, nbytes: int):
         return self._MPI.buffer.fromaddress(ptr, nbytes)
 
-    def _message_spec(self, m: _Msg, base: HostBuffer):
-        """``[buffer, count, datatype]`` of a direct or datatype message on ``base``."""
-        MPI = self._MPI
-        ptr = base.ptr + m.offset * self._itemsize
+    def _spec(self, m: _Msg, base: int):
+        """``[buffer, count, datatype]`` of a direct or datatype message on the address ``base``."""
+        ptr = base + m.offset * self._itemsize
         if m.mode == "direct":
-            return [self._buffer(ptr, m.nbytes), m.nbytes, MPI.BYTE]
+            return [self._buffer(ptr, m.nbytes), m.nbytes, self._MPI.BYTE]
         return [self._buffer(ptr, m.span), 1, m.dtype]
+
+    def _layout(self, strides):
+        """(plan, receive messages, receive staging bytes) for an output with these strides."""
+        hit = self._layouts.get(strides)
+        if hit is None:
+            plan = self.plan.retarget(strides)
+            msgs = [_Msg(t, False, self.method, self._itemsize) for t in plan.recvs]
+            nbytes = 0
+            for m in msgs:
+                if m.mode == "staged":
+                    m.slot = nbytes
+                    nbytes += _align(m.nbytes)
+                elif m.mode == "datatype":
+                    m.dtype = region_datatype(self._MPI, m.shape, m.strides, self._itemsize)
+            hit = self._layouts[strides] = (plan, msgs, nbytes)
+        return hit
+
+    def _send_side(self, ptr: int) -> _Side:
+        side = self._sides_in.get(ptr)
+        if side is not None:
+            self._sides_in.move_to_end(ptr)
+            return side
+        side = _Side()
+        isz, comm = self._itemsize, self.comm
+        src = HostBuffer(ptr, isz)
+        if self._send_stage is None and self._send_stage_bytes:
+            self._make_send_staging()
+        for m, req in zip(self._sends, self._staged_send_reqs):
+            if m.mode == "staged":
+                slot = HostBuffer(self._send_stage.ctypes.data + m.slot, isz)
+                side.copies.append(copy_views(m.copy, src, slot))
+                side.staged_requests.append(req)
+            elif self.method != "alltoallw":
+                side.requests.append(comm.Send_init(self._spec(m, ptr), m.peer, self._ok_tag))
+        self._evict(self._sides_in, ptr, side)
+        return side
+
+    def _recv_side(self, ptr: int, strides) -> _Side:
+        key = (ptr, strides)
+        side = self._sides_out.get(key)
+        if side is not None:
+            self._sides_out.move_to_end(key)
+            return side
+        side = _Side()
+        _, msgs, nbytes = self._layout(strides)
+        isz, comm, MPI = self._itemsize, self.comm, self._MPI
+        stage = self._recv_staging(strides, nbytes)
+        dst = HostBuffer(ptr, isz)
+        tag = MPI.ANY_TAG if self._complete else self._ok_tag
+        for m in msgs:
+            if m.mode == "staged":
+                slot = HostBuffer(stage.ctypes.data + m.slot, isz)
+                side.copies.append(copy_views(m.copy, slot, dst))
+                side.requests.append(comm.Recv_init([self._buffer(slot.ptr, m.nbytes), m.nbytes, MPI.BYTE], m.peer,
+                                                    tag))
+            elif self.method != "alltoallw":
+                side.requests.append(comm.Recv_init(self._spec(m, ptr), m.peer, tag))
+        self._evict(self._sides_out, key, side)
+        return side
+
+    def _evict(self, cache: OrderedDict, key, side: _Side) -> None:
+        """Insert ``side``; a side pushed out of the cache is freed, with every combination using it."""
+        cache[key] = side
+        while len(cache) > CACHE_SIZE:
+            _, old = cache.popitem(last=False)
+            old.free()
+            self._combos.clear()
+
+    def _make_send_staging(self) -> None:
+        MPI, isz = self._MPI, self._itemsize
+        self._send_stage = empty_bytes(self._send_stage_bytes)
+        base = self._send_stage.ctypes.data
+        self._staged_send_reqs = [
+            self.comm.Send_init([self._buffer(base + m.slot, m.nbytes), m.nbytes, MPI.BYTE], m.peer, self._ok_tag)
+            if m.mode == "staged" else None
+            for m in self._sends
+        ]
+
+    def _recv_staging(self, strides, nbytes: int):
+        stage = self._recv_stage.get(strides)
+        if stage is None and nbytes:
+            stage = self._recv_stage[strides] = empty_bytes(nbytes)
+        return stage
+
+    def _make_nulls(self) -> None:
+        """Zero-byte messages for the pairs that move no data (tag channel only)."""
+        if not self._complete:
+            return
+        p, me, MPI = self.plan, self.plan.rank, self._MPI
+        to = {m.peer for m in self._sends}
+        frm = {t.src for t in p.recvs}
+        self._null_from = [s for s in range(p.nranks) if s != me and s not in frm]
+        self._null_to = [d for d in range(p.nranks) if d != me and d not in to]
+        buf = [self._null_buf, 0, MPI.BYTE]
+        self._null_recvs = [self.comm.Recv_init(buf, s, MPI.ANY_TAG) for s in self._null_from]
+        self._null_sends = [self.comm.Send_init(buf, d, self._ok_tag) for d in self._null_to]
 
     def _prepare(self) -> None:
         if self._freed:
             raise InvalidStateError("this host executable was freed")
-        if self._in is None or self._out is None:
-            raise InvalidStateError("bind_input() and bind_output() must be called before execute()")
-        comm, isz = self.comm, self._itemsize
-        in_d, out_d = self._in_dirty, self._out_dirty
-        ws_new = False
-        if self._needs_staging and self._send_stage is None:
-            self._send_stage = empty_bytes(self._send_stage_bytes)
-            self._recv_stage = empty_bytes(self._recv_stage_bytes)
-            ws_new = True
-        if self._needs_staging:
-            send_base = self._send_stage.ctypes.data
-            recv_base = self._recv_stage.ctypes.data
-        p2p = self.method != "alltoallw"
-        for m in self._sends:
-            if m.mode == "staged":
-                slot = HostBuffer(send_base + m.slot, isz, self._send_stage)
-                if ws_new:
-                    if m.req is not None:
-                        m.req.Free()
-                    m.req = comm.Send_init([self._buffer(slot.ptr, m.nbytes), m.nbytes, self._MPI.BYTE], m.peer, _TAG)
-                if ws_new or in_d:
-                    m.pair = copy_views(m.transfer.pack, self._in, slot)
-            elif in_d and p2p:
-                if m.req is not None:
-                    m.req.Free()
-                m.req = comm.Send_init(self._message_spec(m, self._in), m.peer, _TAG)
-        for m in self._recvs:
-            if m.mode == "staged":
-                slot = HostBuffer(recv_base + m.slot, isz, self._recv_stage)
-                if ws_new:
-                    if m.req is not None:
-                        m.req.Free()
-                    m.req = comm.Recv_init([self._buffer(slot.ptr, m.nbytes), m.nbytes, self._MPI.BYTE], m.peer, _TAG)
-                if ws_new or out_d:
-                    m.pair = copy_views(m.transfer.unpack, slot, self._out)
-            elif out_d and p2p:
-                if m.req is not None:
-                    m.req.Free()
-                m.req = comm.Recv_init(self._message_spec(m, self._out), m.peer, _TAG)
-        if (in_d or out_d) and self.plan.local is not None:
-            self._local = copy_views(self.plan.local.direct, self._in, self._out)
-        if in_d or out_d:
-            self._a2a_dirty = True
-        if p2p:
-            self._first = [m.req for m in self._recvs] + [m.req for m in self._sends if m.mode != "staged"]
-            self._packs = [(m.pair[0], m.pair[1], m.req) for m in self._sends if m.mode == "staged"]
-            self._unpacks = [m.pair for m in self._recvs if m.mode == "staged"]
-            self._reqs = [m.req for m in self._recvs] + [m.req for m in self._sends]
-        self._in_dirty = self._out_dirty = self._dirty = False
+        key = (self._in_ptr, self._out_key)
+        combo = self._combos.get(key)
+        if combo is None:
+            combo = self._combine()
+            self._combos[key] = combo
+            while len(self._combos) > CACHE_SIZE * CACHE_SIZE:
+                self._combos.popitem(last=False)
+        self._first, self._packs, self._unpacks, self._reqs, self._nrecv, self._local = combo
+        if len(self._statuses) != len(self._reqs):
+            self._statuses = [self._MPI.Status() for _ in self._reqs]
+        self._ready = True
+
+    def _combine(self) -> tuple:
+        """What execute walks for the current operand and output (built from the cached sides)."""
+        in_ptr, (out_ptr, strides) = self._in_ptr, self._out_key
+        send = self._send_side(in_ptr)
+        recv = self._recv_side(out_ptr, strides)
+        plan = self._layout(strides)[0]
+        local = None
+        if plan.local is not None:
+            local = copy_views(plan.local.direct, HostBuffer(in_ptr, self._itemsize), HostBuffer(out_ptr, self._itemsize))
+        if self.method == "alltoallw":
+            return [], [], [], [], 0, local
+        recvs = recv.requests + self._null_recvs
+        first = recvs + send.requests + self._null_sends
+        packs = [(d, s, r) for (d, s), r in zip(send.copies, send.staged_requests)]
+        reqs = recvs + send.requests + send.staged_requests + self._null_sends
+        return first, packs, recv.copies, reqs, len(recvs), local
 
     def _make_alltoallw(self) -> None:
         """(Re)create the persistent Alltoallw (collective: every rank calls it in the same execute)."""
@@ -292,106 +429,179 @@ class HostExecutable:
         if self._a2a is not None:
             self._a2a.Free()
             self._a2a = None
+        _, msgs, _ = self._layout(self._out_key[1])
         sc, sd, st = [0] * P, [0] * P, [MPI.BYTE] * P
         rc, rd, rt = [0] * P, [0] * P, [MPI.BYTE] * P
-        for msgs, base, c, d, t in ((self._sends, self._in, sc, sd, st), (self._recvs, self._out, rc, rd, rt)):
-            for m in msgs:
-                d[m.peer] = base.ptr + m.offset * isz
+        for ms, base, c, d, t in ((self._sends, self._in_ptr, sc, sd, st), (msgs, self._out_key[0], rc, rd, rt)):
+            for m in ms:
+                if m.mode == "staged":
+                    raise NotSupportedError("host method 'alltoallw' needs positive strides on both sides")
+                d[m.peer] = base + m.offset * isz
                 if m.mode == "direct":
                     c[m.peer] = m.nbytes
                 else:
                     c[m.peer], t[m.peer] = 1, m.dtype
         self._a2a = self.comm.Alltoallw_init([MPI.BOTTOM, sc, sd, st], [MPI.BOTTOM, rc, rd, rt])
-        self._a2a_dirty = False
+        self._a2a_key = (self._in_ptr, self._out_key)
 
     # -- the hot path -----------------------------------------------------------------------
 
-    def execute(self) -> None:
-        """Carry out the plan once (collective, blocking)."""
-        if self._dirty:
-            self._prepare()
-        copyto = np.copyto
+    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+                problem: collective.Problem | None = None) -> None:
+        """Collective, blocking: agree on the call (see the module docstring), then exchange."""
+        if problem is None and not self._bound:
+            problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
+        if problem is None and not self._ready:
+            try:
+                self._prepare()
+            except Exception as e:  # noqa: BLE001 -- becomes this rank's problem, agreed below
+                problem = collective.problem(e)
+        MPI = self._MPI
         try:
             if self.method == "alltoallw":
-                self._flag[0] = self._a2a_dirty
-                self.comm.Allreduce(self._flag, self._flag_any, self._MPI.MAX)
-                if self._flag_any[0]:
-                    self._make_alltoallw()
-                self._a2a.Start()
+                self._execute_alltoallw(problem)
+            elif self.plan.nranks == 1:
+                if problem is not None:
+                    raise collective.exception(problem, self.plan.rank)
                 if self._local is not None:
-                    copyto(self._local[0], self._local[1], casting="no")
-                self._a2a.Wait()
-                return
-            if self._first:
-                self._MPI.Prequest.Startall(self._first)
-            for d, s, req in self._packs:
-                copyto(d, s, casting="no")
-                req.Start()
-            if self._local is not None:
-                copyto(self._local[0], self._local[1], casting="no")
-            if self._reqs:
-                self._MPI.Request.Waitall(self._reqs)
-            for d, s in self._unpacks:
-                copyto(d, s, casting="no")
-        except self._MPI.Exception as e:
+                    np.copyto(self._local[0], self._local[1], casting="no")
+            elif problem is not None:
+                self._fail(problem)
+            else:
+                self._exchange()
+        except MPI.Exception as e:
             raise CommunicationError(f"redist host backend ({self.method}): MPI error in execute: {e}") from e
+        if release_workspace:
+            self.release_workspace()
+
+    def _exchange(self) -> None:
+        MPI, copyto = self._MPI, np.copyto
+        if not self._complete:
+            self._agree_allreduce(None)
+        if self._first:
+            MPI.Prequest.Startall(self._first)
+        for d, s, req in self._packs:
+            copyto(d, s, casting="no")
+            req.Start()
+        if self._local is not None:
+            copyto(self._local[0], self._local[1], casting="no")
+        if not self._complete:
+            MPI.Request.Waitall(self._reqs)
+        elif self._reqs:
+            sts = self._statuses
+            MPI.Request.Waitall(self._reqs, sts)
+            ok = self._ok_tag
+            for i in range(self._nrecv):
+                if sts[i].Get_tag() != ok:
+                    collective.agree(self.comm, None)  # a peer failed: raise its problem here too
+        for d, s in self._unpacks:
+            copyto(d, s, casting="no")
+
+    def _fail(self, problem) -> None:
+        """This rank cannot run the exchange: tell every peer (error tag), write nothing, raise."""
+        if self._complete:
+            MPI, p = self._MPI, self.plan
+            sizes = [m.nbytes for m in self._sends] + [t.nbytes for t in p.recvs] + [1]
+            scratch = np.zeros(max(sizes), np.uint8)
+            reqs = [self.comm.Irecv([scratch, t.nbytes, MPI.BYTE], t.src, MPI.ANY_TAG) for t in p.recvs]
+            reqs += [self.comm.Irecv([scratch, 0, MPI.BYTE], s, MPI.ANY_TAG) for s in self._null_from]
+            reqs += [self.comm.Isend([scratch, m.nbytes, MPI.BYTE], m.peer, self._err_tag) for m in self._sends]
+            reqs += [self.comm.Isend([scratch, 0, MPI.BYTE], d, self._err_tag) for d in self._null_to]
+            MPI.Request.Waitall(reqs)
+        else:
+            self._agree_allreduce(problem)
+        collective.agree(self.comm, problem)
+
+    def _agree_allreduce(self, problem) -> None:
+        """The agreement of large jobs: one small Allreduce; raise everywhere if any rank failed."""
+        self._flag[0] = 0 if problem is None else 1
+        self.comm.Allreduce(self._flag, self._flag_any, self._MPI.MAX)
+        if self._flag_any[0]:
+            collective.agree(self.comm, problem)
+
+    def _execute_alltoallw(self, problem) -> None:
+        key = (self._in_ptr, self._out_key)
+        self._flag[0] = 0 if problem is None else 1
+        self._flag[1] = int(key != self._a2a_key)
+        self.comm.Allreduce(self._flag, self._flag_any, self._MPI.MAX)
+        if self._flag_any[0]:
+            collective.agree(self.comm, problem)
+        if self._flag_any[1] or self._a2a is None:
+            self._make_alltoallw()
+        self._a2a.Start()
+        if self._local is not None:
+            np.copyto(self._local[0], self._local[1], casting="no")
+        self._a2a.Wait()
+
+    def graph(self, stream: int = 0) -> int:
+        raise NotSupportedError("graph() is only available for CUDA execution (this is the MPI host backend)")
 
     # -- workspace and lifetime ------------------------------------------------------------
 
     def release_workspace(self) -> None:
-        """Drop the staging buffers (and the requests on them); re-created by the next execute."""
-        if self._send_stage is None:
+        """Drop the staging buffers (and what is built on them); re-made by the next execute."""
+        if self._send_stage is None and not self._recv_stage:
             return
-        for m in self._msgs:
-            if m.mode == "staged":
-                if m.req is not None:
-                    m.req.Free()
-                m.req = None
-                m.pair = None
-        self._send_stage = self._recv_stage = None
-        self._packs, self._unpacks, self._first, self._reqs = [], [], [], []
-        self._dirty = True
+        self._clear_sides()
+        for r in self._staged_send_reqs:
+            if r is not None:
+                r.Free()
+        self._staged_send_reqs = [None] * len(self._sends)
+        self._send_stage = None
+        self._recv_stage = {}
+
+    def _clear_sides(self) -> None:
+        for cache in (self._sides_in, self._sides_out):
+            for side in cache.values():
+                side.free()
+            cache.clear()
+        self._combos.clear()
+        self._first, self._packs, self._unpacks, self._reqs = [], [], [], []
+        self._local = None
+        self._ready = False
+
+    def detach_result(self) -> None:
+        """The result's memory is a numpy buffer: whoever holds ``result.owner`` keeps it."""
 
     def _free_local(self) -> None:
         MPI = self._MPI
         if MPI.Is_finalized():
             return
-        for m in self._msgs:
-            if m.req is not None:
-                m.req.Free()
-                m.req = None
+        self._clear_sides()
+        for r in self._staged_send_reqs + self._null_recvs + self._null_sends:
+            if r is not None:
+                r.Free()
+        self._staged_send_reqs, self._null_recvs, self._null_sends = [None] * len(self._sends), [], []
+        for m in self._sends:
             if m.dtype is not None:
                 m.dtype.Free()
                 m.dtype = None
-            m.pair = None
+        for _, msgs, _ in self._layouts.values():
+            for m in msgs:
+                if m.dtype is not None:
+                    m.dtype.Free()
+                    m.dtype = None
+        self._layouts = {}
         if self._a2a is not None:
             self._a2a.Free()
             self._a2a = None
-        self._first, self._packs, self._unpacks, self._reqs = [], [], [], []
-        self._local = None
-        self._send_stage = self._recv_stage = None
+        self._send_stage = None
+        self._recv_stage = {}
 
     def free(self) -> None:
-        """Free every request, datatype and the duplicated communicator (idempotent).
-
-        Frees a communicator, so call it on every rank (as MPI_Comm_free is collective).
-        """
+        """Free every request and datatype (local, idempotent); the communicator is the context's."""
         if self._freed:
             return
         self._freed = True
         self._free_local()
-        self._in = self._out = None
-        MPI = self._MPI
-        if self.comm is not None and not MPI.Is_finalized():
-            self.comm.Free()
-        self.comm = None
+        self._in_owner = None
+        self._bound = False
+        self._out = self.result
 
     def __del__(self):
-        # requests and datatypes are local objects: give them back if the owner forgot free();
-        # the communicator is left alone (freeing it is collective).
         try:
             if not getattr(self, "_freed", True):
-                self._free_local()
+                self.free()
         except Exception:  # noqa: BLE001, S110 -- never raise from a finalizer
             pass
 
@@ -399,18 +609,22 @@ class HostExecutable:
 
     @property
     def staging_bytes(self) -> tuple[int, int]:
-        """(send, receive) bytes of host staging this executable allocates (0, 0 for "datatype")."""
-        return self._send_stage_bytes, self._recv_stage_bytes
+        """(send, receive) bytes of host staging for the engine-owned result (0, 0 for "datatype")."""
+        return self._send_stage_bytes, self._layout(self.result.strides)[2]
 
     def describe(self) -> str:
         p = self.plan
+        send_stage, recv_stage = self.staging_bytes
+        _, recvs, _ = self._layout(self._out_key[1])
+        agreement = ("message tags (zero-byte messages complete the graph)" if self._complete
+                     else "one Allreduce per execute" if p.nranks > 1 else "none (one rank)")
         lines = [
             f"redist host executable rank {p.rank}/{p.nranks} method={self.method} ({_METHOD_TEXT[self.method]})",
             (f"  plan key={p.key} itemsize={p.itemsize} out_order={p.out_order} "
-            f"send={sum(m.nbytes for m in self._sends)} B to {len(self._sends)} peer(s), "
-            f"recv={sum(m.nbytes for m in self._recvs)} B from {len(self._recvs)} peer(s)"),
-            (f"  staging: send {self._send_stage_bytes} B, recv {self._recv_stage_bytes} B "
-            f"({'allocated' if self._send_stage is not None else 'not allocated'})"),
+             f"send={sum(m.nbytes for m in self._sends)} B to {len(self._sends)} peer(s), "
+             f"recv={sum(m.nbytes for m in recvs)} B from {len(recvs)} peer(s); agreement: {agreement}"),
+            (f"  staging: send {send_stage} B, recv {recv_stage} B "
+             f"({'allocated' if self._send_stage is not None or self._recv_stage else 'not allocated'})"),
         ]
         if p.local is not None:
             c = p.local.direct
@@ -420,7 +634,7 @@ class HostExecutable:
             "datatype": "MPI derived datatype ({} {} run(s) of {} elem, no pack)",
             "staged": "{} via staging@{} ({} run(s) of {} elem)",
         }
-        for kind, arrow, msgs, side in (("send", "->", self._sends, "from operand"), ("recv", "<-", self._recvs, "into result")):
+        for kind, arrow, msgs, side in (("send", "->", self._sends, "from operand"), ("recv", "<-", recvs, "into output")):
             for m in msgs:
                 runs, run = m.runs
                 if m.mode == "direct":
@@ -430,7 +644,7 @@ class HostExecutable:
                 else:
                     text = how["staged"].format("pack" if kind == "send" else "unpack", m.slot, runs, run)
                 lines.append(f"  {kind} {arrow}{m.peer}: {m.nbytes} B {text}")
-        if p.local is None and not self._msgs:
+        if p.local is None and not self._sends and not recvs:
             lines.append("  (nothing to move)")
         return "\n".join(lines)
 
@@ -455,60 +669,51 @@ def available_methods() -> tuple[str, ...]:
     return _AVAILABLE
 
 
-def lower(plan: Plan, comm, *, logger: logging.Logger | None = None, method: str = "auto") -> HostExecutable:
-    """Lower ``plan`` for MPI on ``comm`` (collective over ``comm``).
+def lower(plan: Plan, ctx, options) -> HostExecutable:
+    """Collective over ``ctx.comm``: lower ``plan`` for MPI with ``options.host_method``.
 
-    ``method`` is "auto" (= :data:`AUTO_METHOD`) or one of :data:`METHODS`; every rank must pass
-    the same. Buffers are bound later with ``bind_input`` / ``bind_output``.
+    Every rank must pass the same method; a bad method or a plan for another rank raises
+    InvalidValueError on every rank, and a method this MPI lacks NotSupportedError.
     """
     MPI = _mpi()
     t0 = time.perf_counter()
+    comm = ctx.comm
+    method = options.host_method
     chosen = AUTO_METHOD if method == "auto" else method
-    bad = 0
-    if chosen not in METHODS:
-        bad = 1
-    elif comm.Get_size() != plan.nranks or comm.Get_rank() != plan.rank:
-        bad = 2
-    code = METHODS.index(chosen) if chosen in METHODS else 0
-    # agree before anything else collective, so a bad argument on one rank raises everywhere
-    agree = np.array([code, -code, bad], dtype=np.int64)
-    ta = time.perf_counter()
-    comm.Allreduce(MPI.IN_PLACE, agree, op=MPI.MAX)
-    agree_s = time.perf_counter() - ta
-    if agree[2]:
-        if bad == 1:
-            raise InvalidValueError(f"method must be 'auto' or one of {METHODS}, got {method!r}")
-        if bad == 2:
+    tag = ctx.next_tag()
+    exe = None
+    with collective.attempt(comm) as step:
+        if chosen not in METHODS:
+            raise InvalidValueError(f"host_method must be 'auto' or one of {METHODS}, got {method!r}")
+        if comm.Get_size() != plan.nranks or comm.Get_rank() != plan.rank:
             raise InvalidValueError(
                 f"plan is for rank {plan.rank} of {plan.nranks} but the communicator gives rank "
                 f"{comm.Get_rank()} of {comm.Get_size()}"
             )
-        raise InvalidValueError("lowering failed on another rank (bad method or communicator)")
-    if agree[0] != -agree[1]:
-        raise InvalidValueError(f"ranks disagree on the host method (this rank: {chosen!r})")
-    if chosen not in available_methods():  # the same library on every rank: raised everywhere
-        raise NotSupportedError(
-            f"host method {chosen!r} needs MPI-4 persistent collectives (MPI_Alltoallw_init), which this MPI "
-            f"library ({MPI.Get_library_version().splitlines()[0].strip()}) lacks; use one of {available_methods()}"
-        )
-    t1 = time.perf_counter()
-    dup = comm.Dup()
-    t2 = time.perf_counter()
-    exe = HostExecutable(plan, dup, chosen, logger)
-    if logger is not None:
-        t3 = time.perf_counter()
-        ms = (t3 - t0) * 1e3
-        wait_ms = (t2 - t1) * 1e3 + agree_s * 1e3
-        if logger.isEnabledFor(logging.INFO):
-            nstaged = sum(m.mode == "staged" for m in exe._msgs)
-            ndt = sum(m.mode == "datatype" for m in exe._msgs)
-            logger.info(
-                "redist host: rank %d/%d lowered plan %s with method=%s in %.3f ms (%.3f ms of it in "
-                "collectives: method agreement + Comm.Dup); send bytes per peer %s; recv bytes per peer %s; "
-                "local %d B; %d staged, %d datatype, %d direct message(s)",
-                plan.rank, plan.nranks, plan.key, chosen, ms, wait_ms, plan.send_bytes, plan.recv_bytes,
-                plan.local.nbytes if plan.local is not None else 0, nstaged, ndt, len(exe._msgs) - nstaged - ndt,
+        step.payload = chosen
+        if chosen not in available_methods():  # the same library on every rank: raised everywhere
+            raise NotSupportedError(
+                f"host method {chosen!r} needs MPI-4 persistent collectives (MPI_Alltoallw_init), which this "
+                f"MPI library ({MPI.Get_library_version().splitlines()[0].strip()}) lacks; use one of "
+                f"{available_methods()}"
             )
+        exe = HostExecutable(plan, comm, chosen, tag, options.logger)
+        if chosen == "alltoallw" and any(m.mode == "staged" for m in exe._sends):
+            raise NotSupportedError(
+                f"host method 'alltoallw' moves regions as MPI datatypes, which need positive strides; rank "
+                f"{plan.rank}'s operand has strides {plan.in_strides} (use host_method='auto')"
+            )
+    if len(set(step.gathered)) > 1:
+        raise InvalidValueError(f"ranks disagree on the host method: {step.gathered}")
+    logger = options.logger
+    if logger is not None and logger.isEnabledFor(logging.INFO):
+        nstaged = sum(m.mode == "staged" for m in exe._sends)
+        logger.info(
+            "redist host: rank %d/%d lowered plan %s with method=%s in %.3f ms; send bytes per peer %s; "
+            "recv bytes per peer %s; local %d B; %d of %d send(s) staged",
+            plan.rank, plan.nranks, plan.key, chosen, (time.perf_counter() - t0) * 1e3, plan.send_bytes,
+            plan.recv_bytes, plan.local.nbytes if plan.local is not None else 0, nstaged, len(exe._sends),
+        )
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s", exe.describe())
     return exe

@@ -109,6 +109,14 @@ def pencils(gshape, a, b):
     return out
 
 
+def engine_lower(rt):
+    """``lower(plan, transport=...)`` on the CUDA backend of runtime ``rt`` (engine level)."""
+    from redist.engine.backend import Context, LowerOptions, lower
+
+    ctx = Context(rt.comm, rt)
+    return lambda plan, transport="auto": lower(plan, ctx, LowerOptions(backend="cuda", transport=transport))
+
+
 class Fails:
     def __init__(self):
         self.items = []
@@ -192,13 +200,14 @@ def engine_cases():
 def run_engine(fails: Fails):
     import cupy as cp
     from redist.engine import geometry as geo
-    from redist.engine.cuda import lower, runtime
+    from redist.engine.cuda import runtime
     from redist.engine.plan import make_plan
 
     dev = local_device()
     cp.cuda.Device(dev).use()
     t0 = time.perf_counter()
     rt = runtime.start(comm, dev)
+    lower = engine_lower(rt)
     log(f"runtime up in {time.perf_counter() - t0:.2f} s: {rt!r}, sm_count {rt.sm_count}")
     stream = cp.cuda.Stream(non_blocking=True)
     try:
@@ -215,7 +224,7 @@ def run_engine(fails: Fails):
             exe = None
             try:
                 plan = make_plan(rank, ib, ob, itemsize=it, in_strides=strides, out_order=order)
-                exe = lower(plan, rt, transport=c["t"])
+                exe = lower(plan, transport=c["t"])
                 if name.startswith("slab01"):
                     log(f"{name}: {exe.describe()}")
                 outs = []
@@ -226,7 +235,7 @@ def run_engine(fails: Fails):
                     buf = cp.empty(len(a) + off + 64, dtype=cp.uint8)
                     buf[off : off + len(a)].set(a)
                     cp.cuda.Device().synchronize()  # the copy ran on the legacy stream, execute on ours
-                    exe.bind_input(int(buf.data.ptr) + off)
+                    exe.rebind_input(int(buf.data.ptr) + off)
                     want = expected_bytes(G, ob[rank], order)
                     for mode in ("graph", "eager", "graph"):
                         exe.execute(stream.ptr, graph=(mode == "graph"))
@@ -265,19 +274,21 @@ def run_engine(fails: Fails):
 def run_replay(fails: Fails, iters=1000):
     import cupy as cp
     from redist.engine import geometry as geo
-    from redist.engine.cuda import lower, runtime
+    from redist.engine.buffer import Buffer
+    from redist.engine.cuda import runtime
     from redist.engine.plan import make_plan
 
     dev = local_device()
     cp.cuda.Device(dev).use()
     rt = runtime.start(comm, dev)
+    lower = engine_lower(rt)
     stream = cp.cuda.Stream(non_blocking=True)
     g, it = (40, 24, 16), 8
     ib, ob = slab(g, 0), slab(g, 1)
     try:
         for transport in ("auto", "put"):
             plan = make_plan(rank, ib, ob, itemsize=it)
-            exe = lower(plan, rt, transport=transport)
+            exe = lower(plan, transport=transport)
             nb = plan.out_elements * it
             ins, wants, in_ptrs = [], [], []
             for k, seed in enumerate((3, 4)):
@@ -295,6 +306,7 @@ def run_replay(fails: Fails, iters=1000):
                 rt.sym_alloc(exe.result_bytes, owner="user"),
                 rt.sym_alloc(exe.result_bytes, owner="user"),
             ]
+            out_bufs = [None] + [Buffer(p, plan.out_shape, plan.out_strides, it, "cuda", dev) for p in outs[1:]]
             views = [
                 cp.ndarray(
                     (nb,),
@@ -310,10 +322,10 @@ def run_replay(fails: Fails, iters=1000):
             with stream:
                 for i in range(iters):
                     k, o = i % 2, i % 3
-                    exe.bind_input(in_ptrs[k])
-                    exe.bind_output(outs[o])
+                    exe.rebind_input(in_ptrs[k])
+                    exe.bind_output(out_bufs[o])
                     eager = i % 97 == 50
-                    exe.execute(stream.ptr, sync_symmetric_memory=(i % 4 != 3), graph=not eager)
+                    exe.execute(stream.ptr, sync=(i % 4 != 3), graph=not eager)
                     if nb:
                         errs += cp.count_nonzero(views[o] != wants[k])
             stream.synchronize()
@@ -580,7 +592,7 @@ def run_bench(fails: Fails, sizes=(32, 64, 128, 256, 512), transports=("auto",))
             r.plan(stream=stream)
             row = dict(n=n, P=P, transport=transport, MB=round(n**3 * 8 / 1e6, 1))
             row["redist_us"] = timed(lambda r=r: r.execute(stream=stream), iters)
-            exe = r._path.executable
+            exe = r._exe
             if rank == 0 and n == sizes[0]:
                 log(f"graph nodes {exe._exec.count_nodes()}\n{exe.describe()}")
             row["engine_us"] = timed(lambda exe=exe: exe.execute(stream.ptr), iters)
@@ -600,7 +612,7 @@ def run_bench(fails: Fails, sizes=(32, 64, 128, 256, 512), transports=("auto",))
             p1, p2 = int(a.data.ptr), int(a2.data.ptr)
             t0 = time.perf_counter()
             for i in range(k):
-                exe.bind_input(p2 if i % 2 == 0 else p1)
+                exe.rebind_input(p2 if i % 2 == 0 else p1)
             row["engine_rebind_us"] = max(comm.allgather((time.perf_counter() - t0) / k * 1e6))
             r.reset_operand_unchecked(a, stream=stream)
             stream.synchronize()

@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The backend boundary: one :class:`Executable` protocol, one :func:`lower` entry, a registry.
+
+``lower(plan, ctx, options)`` (collective) turns a pure :class:`~redist.engine.plan.Plan` into
+an :class:`Executable` of the backend :func:`select_backend` picked. The API layer holds that
+executable and talks to it only through the protocol below, in engine terms
+(:class:`~redist.engine.buffer.Buffer`, integer stream handles); it never makes a backend
+decision, never reaches into a backend, and never agrees across ranks itself.
+
+Backends (lazily imported, so importing this module touches no MPI or CUDA):
+
+=============== ======================================================================
+``host``        host memory over MPI (engine/host)
+``cuda``        GPU memory, NVSHMEM + one CUDA graph (engine/cuda)
+``cuda-mirror`` host memory run on the GPU through an engine-owned device mirror
+=============== ======================================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from .buffer import Buffer
+from .collective import Problem
+from .errors import InvalidValueError, NotInitializedError, NotSupportedError
+from .plan import Plan
+
+__all__ = [
+    "BACKENDS",
+    "Context",
+    "Executable",
+    "HOST_METHODS",
+    "LowerOptions",
+    "SIGNALS",
+    "TRANSPORTS",
+    "lower",
+    "select_backend",
+]
+
+TRANSPORTS = ("auto", "push", "put")
+HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw")
+SIGNALS = ("barrier",)
+
+#: backend name -> module whose ``lower(plan, ctx, options)`` makes its Executable
+BACKENDS = {"host": "redist.engine.host", "cuda": "redist.engine.cuda", "cuda-mirror": "redist.engine.cuda.mirror"}
+
+
+@dataclass
+class Context:
+    """What backends need from the process: the communicator and, with a GPU, the CUDA runtime.
+
+    ``comm`` is redist's own duplicate of the user's communicator (one per context, never one
+    per executable: nothing collective is left to free when an executable is dropped). ``cuda``
+    is the :class:`redist.engine.cuda.runtime.Runtime` or None.
+    """
+
+    comm: object
+    cuda: object | None = None
+    _tags: int = field(default=0, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return self.comm.Get_rank()
+
+    @property
+    def nranks(self) -> int:
+        return self.comm.Get_size()
+
+    def next_tag(self) -> int:
+        """A tag base for a new executable: the same on every rank (lowering is collective)."""
+        self._tags += 1
+        return self._tags
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    """How to lower a plan (the engine's view of :class:`redist.RedistributeOptions`)."""
+
+    backend: str = "host"
+    transport: str = "auto"
+    host_method: str = "auto"
+    signal: str = "barrier"
+    blocking: bool = False
+    logger: logging.Logger | None = None
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise InvalidValueError(f"backend must be one of {tuple(BACKENDS)}, got {self.backend!r}")
+        if self.transport not in TRANSPORTS:
+            raise InvalidValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        if self.host_method not in HOST_METHODS:
+            raise InvalidValueError(f"host_method must be one of {HOST_METHODS}, got {self.host_method!r}")
+        if self.signal not in SIGNALS:
+            raise InvalidValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
+
+
+@runtime_checkable
+class Executable(Protocol):
+    """A lowered plan, bound to memory. Methods marked collective must be called on every rank.
+
+    Buffers: ``bind_input`` takes the operand (element 0 at ``buf.ptr``, the plan's strides);
+    ``bind_output(None)`` selects the engine-owned :attr:`result`, ``bind_output(buf)`` the
+    caller's ``out=`` (checked first with :meth:`out_problem`).
+
+    Agreement: :meth:`execute` is where ranks agree on the call. Each rank passes its local
+    ``problem`` (None when it has none); if any rank has one, or the ranks' call signatures
+    differ (bound output's :meth:`out_signature`, ``sync``, ``release_workspace``), every rank
+    raises the same error and no rank writes into memory it was told not to.
+    """
+
+    plan: Plan
+    backend: str
+    result: Buffer
+
+    def bind_input(self, buf: Buffer) -> None:
+        """Read the operand from ``buf`` from the next execute on (local; never fails for a
+        buffer of the planned shape and strides)."""
+
+    def rebind_input(self, ptr: int, owner: object = None) -> None:
+        """The hot path of ``reset_operand_unchecked``: a new address, nothing checked."""
+
+    def bind_output(self, buf: Buffer | None) -> None:
+        """Write the result into ``buf`` (None: the engine-owned result) from the next execute on."""
+
+    def out_problem(self, buf: Buffer) -> str | None:
+        """Why ``buf`` cannot be this rank's ``out=`` (None when it can). Local."""
+
+    def out_signature(self, buf: Buffer | None) -> int | None:
+        """What must be equal on every rank for ``buf`` to be ``out=`` (None: nothing)."""
+
+    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+                problem: Problem | None = None) -> None:
+        """Collective: agree on the call (see above), then run the exchange once."""
+
+    def graph(self, stream: int = 0) -> int:
+        """The CUDA graph execute() launches (CUgraph as int); NotSupportedError on host."""
+
+    def release_input(self) -> None:
+        """Drop every reference to the operand (bind_input again before the next execute)."""
+
+    def release_workspace(self) -> None:
+        """Free staging memory; re-made by the next execute (collective on GPUs)."""
+
+    def detach_result(self) -> None:
+        """The caller owns :attr:`result` from now on: :meth:`free` leaves it alone."""
+
+    def free(self) -> None:
+        """Release everything (collective for symmetric memory; idempotent)."""
+
+    def describe(self) -> str:
+        """A human-readable account of the lowered plan."""
+
+
+def select_backend(memory: str, execution: str, cuda_available: bool) -> str:
+    """Which backend serves operands in ``memory`` ("cpu"/"cuda") under ``execution``.
+
+    ``execution``: "auto" (host operands on the host, GPU operands on the GPU), "cpu" or "cuda"
+    (host operands through a device mirror). Raises when the choice cannot be served.
+    """
+    if execution not in ("auto", "cpu", "cuda"):
+        raise InvalidValueError(f"execution must be 'auto', 'cpu' or 'cuda', got {execution!r}")
+    if memory == "cuda" and execution == "cpu":
+        raise NotSupportedError("execution='cpu' needs host operands; these operands are in GPU memory")
+    name = "host"
+    if memory == "cuda":
+        name = "cuda"
+    elif execution == "cuda":
+        name = "cuda-mirror"
+    if name != "host" and not cuda_available:
+        raise NotInitializedError(
+            "CUDA execution needs redist initialised with a GPU (NVSHMEM); this run is CPU-only: "
+            "check redist.get_context().device_id and the [cuda] extra"
+        )
+    return name
+
+
+def lower(plan: Plan, ctx: Context, options: LowerOptions) -> Executable:
+    """Collective: lower ``plan`` on ``ctx`` with the backend ``options.backend``."""
+    module = importlib.import_module(BACKENDS[options.backend])
+    return module.lower(plan, ctx, options)

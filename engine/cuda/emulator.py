@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The CUDA backend on host memory: every rank's launch list replayed through the kernel's maths.
+
+:func:`emulate_job` runs a whole job (all ranks) in one process: operands, results and staging
+live in a fake address space, each kernel launch goes through :func:`.kernels.emulate` (the
+kernel's own index maths, magic divisions and vector alignment checks), puts are byte copies.
+It is the oracle CI checks lowering against, without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..plan import Plan
+from . import kernels as K
+from .launch_list import KernelStep, LaunchList, align_of, build_launch_list, table_rows
+
+__all__ = ["emulate_job"]
+
+
+def emulate_job(
+    plans: Sequence[Plan],
+    inputs: Sequence[np.ndarray],
+    *,
+    reach=None,
+    transport: str = "auto",
+    vec: int | None = None,
+    in_offsets: Sequence[int] | None = None,
+    out_delta: int = 0,
+    seg_limit: int = K.SEG_LIMIT,
+    sm_count: int = 132,
+) -> tuple[list[np.ndarray], list[LaunchList]]:
+    """Run every rank's launch list on host memory through the kernel's index maths.
+
+    ``inputs[r]``: rank r's operand as raw bytes (uint8, its whole strided span). Returns each
+    rank's result bytes (``result_bytes`` long; only the out box's dense part is meaningful) and
+    the launch lists. ``in_offsets`` shifts each operand inside its buffer (alignment tests);
+    ``out_delta`` writes into a second "out=" region at that offset from the result.
+    """
+    p = len(plans)
+    lls = [
+        build_launch_list(pl, reach, transport=transport, seg_limit=seg_limit, sm_count=sm_count)
+        for pl in plans
+    ]
+    # A fake address space: regions far apart.
+    regions: dict[int, np.ndarray] = {}
+    stride = 1 << 40
+    rb = lls[0].result_bytes
+    inb, outb, sendb, recvb = [], [], [], []
+    for r in range(p):
+        off = 0 if in_offsets is None else in_offsets[r]
+        base = (4 * r + 1) * stride
+        buf = np.zeros(len(inputs[r]) + off + 16, np.uint8)
+        buf[off : off + len(inputs[r])] = inputs[r]
+        regions[base] = buf
+        inb.append(base + off)
+        ob = (4 * r + 2) * stride
+        regions[ob] = np.full(rb + max(out_delta, 0) + 16, 0xA5, np.uint8)
+        outb.append(ob)
+        sendb.append((4 * r + 3) * stride)
+        regions[sendb[-1]] = np.full(max(lls[0].send_staging_bytes, 1), 0x11, np.uint8)
+        recvb.append((4 * r + 4) * stride)
+        regions[recvb[-1]] = np.full(max(lls[0].recv_staging_bytes, 1), 0x22, np.uint8)
+
+    def locate(addr: np.ndarray):
+        base = (addr // np.uint64(stride)) * np.uint64(stride)
+        assert len(np.unique(base)) == 1, "one vector spans two regions"
+        b = int(base[0])
+        return regions[b], (addr - np.uint64(b)).astype(np.int64)
+
+    def load(addr, v):
+        buf, off = locate(addr)
+        assert off.min() >= 0 and off.max() + v <= len(buf), "load out of bounds"
+        return buf[off[:, None] + np.arange(v)[None, :]]
+
+    def store(addr, data):
+        buf, off = locate(addr)
+        v = data.shape[1]
+        assert off.min() >= 0 and off.max() + v <= len(buf), "store out of bounds"
+        buf[off[:, None] + np.arange(v)[None, :]] = data
+
+    def run_kernel(r: int, k: KernelStep):
+        rows = table_rows(k, output=lambda d: outb[d], send=sendb[r], recv=recvb[r])
+        tab = K.pack_table(rows)
+        v = k.vmax if vec is None else min(vec, k.vmax)
+        if k.reads_input:
+            v = min(v, align_of(inb[r]))
+        if k.writes_output:
+            v = min(v, align_of(out_delta))
+        K.emulate(
+            tab,
+            vec=v,
+            run_bytes=k.run_bytes,
+            nout=k.nout,
+            grid=k.grid,
+            in_base=inb[r],
+            out_delta=out_delta,
+            load=load,
+            store=store,
+        )
+
+    # Phase order mirrors the graph: copy kernels everywhere, then puts, then unpacks.
+    for r in range(p):
+        k = lls[r].kernel("copy")
+        if k is not None:
+            run_kernel(r, k)
+    for r in range(p):
+        for st in lls[r].steps:
+            if st.op == "put":
+                src = regions[sendb[r]][st.src_offset : st.src_offset + st.nbytes]
+                regions[recvb[st.pe]][st.dst_offset : st.dst_offset + st.nbytes] = src
+    for r in range(p):
+        k = lls[r].kernel("unpack")
+        if k is not None:
+            run_kernel(r, k)
+    return [regions[outb[r]][out_delta : out_delta + rb].copy() for r in range(p)], lls

@@ -1,0 +1,421 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The CUDA executable: a lowered plan with its symmetric result, kernels and one CUDA graph.
+
+Made by :func:`.lower.lower` (collective). It implements the engine's
+:class:`~redist.engine.backend.Executable` protocol: the graph is captured on the first execute
+and rebound by kernel-node updates (``bind_input`` / ``rebind_input`` / ``bind_output``), never
+re-captured. ``execute`` agrees on the call first (one small Allreduce when P > 1: failures,
+the ``out=`` heap offset and the flags), so a rank with a problem never leaves its peers
+spinning on a barrier the failed rank will not reach. See DESIGN.md beside this file.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import collective
+from ..buffer import Buffer
+from ..errors import CudaError, InvalidStateError
+from ..plan import Plan
+from . import kernels as K
+from .launch_list import KernelStep, LaunchList, align_of, table_rows
+
+__all__ = ["CudaExecutable"]
+
+
+class _Kernel:
+    """A KernelStep made real: table in device memory + KernelLaunch (args, node params, nodes)."""
+
+    def __init__(self, step: KernelStep, launch, table_ptr: int):
+        self.step = step
+        self.launch = launch
+        self.table_ptr = table_ptr
+        self.in_align = 16
+        self.out_align = 16
+
+    def pick_vec(self) -> int:
+        v = self.step.vmax
+        if self.step.reads_input:
+            v = min(v, self.in_align)
+        if self.step.writes_output:
+            v = min(v, self.out_align)
+        return v
+
+
+class CudaExecutable:
+    """A lowered plan: engine-owned symmetric result, optional staging, kernels, one graph."""
+
+    backend = "cuda"
+
+    def __init__(self, plan: Plan, rt, ll: LaunchList, funcs: dict[str, dict[int, int]], *, serial: int,
+                 blocking: bool = False, logger=None):
+        self.plan, self.rt, self.launch_list, self._logger = plan, rt, ll, logger
+        self.serial = serial
+        self.blocking = bool(blocking)
+        self._drv = rt.driver
+        self._funcs = funcs
+        self._kernels: dict[str, _Kernel] = {}
+        self._exec = None
+        self._freed = False
+        self._detached = False
+        self._need_workspace = False
+        self.result_ptr = 0
+        self._send = self._recv = 0
+        self._in_ptr = 0
+        self._in_owner = None
+        self._bound = False
+        self._out_delta = 0
+        self._launches = 0
+        self._check = collective.CallCheck(rt.comm)
+        self.result_bytes = ll.result_bytes
+        self.graphs = os.environ.get("REDIST_CUDA_GRAPHS", "1") != "0"
+        # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
+        # rank), then the local set-up, agreed as a whole, then NVSHMEM's warm-up (collective)
+        self.result_ptr = rt.sym_alloc(ll.result_bytes, owner="engine")
+        self.result = Buffer(self.result_ptr, plan.out_shape, plan.out_strides, plan.itemsize, "cuda", rt.device_id,
+                             owner=self)
+        if ll.any_put:
+            self._alloc_staging()
+        with collective.attempt(rt.comm, on_failure=self.free):
+            self._peer_out = {
+                d: (self.result_ptr if d == rt.rank else rt.peer_ptr(self.result_ptr, d))
+                for d in range(rt.nranks)
+            }
+            for d in ll.push_to:
+                if not self._peer_out[d]:
+                    raise CudaError(f"nvshmem_ptr(result, {d}) is NULL although peer {d} was found reachable")
+            self._base_align = min([align_of(a) for a in (self.result_ptr, *self._peer_out.values()) if a] or [16])
+            from .graph import KernelLaunch
+
+            for k in ll.kernels:
+                table = self._table(k)
+                tptr = rt.dev_alloc(table.nbytes)
+                rt.htod(tptr, table)
+                widths = {v: f for v, f in funcs[k.name].items() if v <= k.vmax}
+                kern = _Kernel(k, KernelLaunch(self._drv, widths, k.grid, K.BLOCK, tptr, len(k.segments)), tptr)
+                self._kernels[k.name] = kern
+                kern.launch.set_vec(self._pick(kern))
+            self._in_kernels = [x for x in self._kernels.values() if x.step.reads_input]
+            self._out_kernels = [x for x in self._kernels.values() if x.step.writes_output]
+            self._puts_resolve()
+        self._warm_up()
+
+    # -- set-up helpers -----------------------------------------------------------------------
+
+    def _alloc_staging(self) -> None:
+        ll = self.launch_list
+        self._send = self.rt.sym_alloc(ll.send_staging_bytes, owner="engine")
+        self._recv = self.rt.sym_alloc(ll.recv_staging_bytes, owner="engine")
+
+    def _table(self, k: KernelStep) -> np.ndarray:
+        rows = table_rows(k, output=lambda d: self._peer_out[d], send=self._send, recv=self._recv)
+        return K.pack_table(rows)
+
+    def _pick(self, kern: _Kernel) -> int:
+        v = min(kern.pick_vec(), self._base_align)
+        while v not in kern.launch.funcs:
+            v //= 2
+        return v
+
+    def _puts_resolve(self) -> None:
+        self._puts = [
+            (self._recv + st.dst_offset, self._send + st.src_offset, st.nbytes, st.pe)
+            for st in self.launch_list.steps
+            if st.op == "put"
+        ]
+
+    def _warm_up(self) -> None:
+        """NVSHMEM's on-stream ops run once uncaptured before any capture (lazy set-up inside)."""
+        ll = self.launch_list
+        if not any(st.op != "kernel" for st in ll.steps):
+            return
+        nb, s = self.rt.nb, self.rt.stream
+        puts = iter(self._puts)
+        for st in ll.steps:
+            if st.op == "sync_all":
+                nb.sync_all_on_stream(s)
+            elif st.op == "barrier_all":
+                nb.barrier_all_on_stream(s)
+            elif st.op == "quiet":
+                nb.quiet_on_stream(s)
+            elif st.op == "put":
+                dst, src, n, pe = next(puts)
+                nb.putmem_nbi_on_stream(dst, src, n, pe, s)
+        self._drv.call("cuStreamSynchronize", s)
+
+    # -- binding (the hot path of reset_operand_unchecked / out=) -------------------------------
+
+    def bind_input(self, buf: Buffer) -> None:
+        """Read the operand from ``buf`` (device memory, the planned layout)."""
+        self.rebind_input(buf.ptr, buf.owner)
+
+    def rebind_input(self, ptr: int, owner: object = None) -> None:
+        """Point every kernel that reads the operand at ``ptr`` (kernel-node update; never re-capture)."""
+        self._in_owner = owner
+        self._bound = True
+        if ptr == self._in_ptr:
+            return
+        self._in_ptr = ptr
+        self._update(self._in_kernels, "a_in", "in_align", ptr)
+
+    def bind_output(self, buf: Buffer | None) -> None:
+        """Write into the symmetric ``buf`` (same heap offset on every rank); None: the result."""
+        delta = 0 if buf is None else buf.ptr - self.result_ptr
+        if delta == self._out_delta:
+            return
+        self._out_delta = delta
+        self._update(self._out_kernels, "a_delta", "out_align", delta)
+
+    def _update(self, kernels, arg: str, align_attr: str, value: int) -> None:
+        """Set kernel argument ``arg`` to ``value`` in every node of ``kernels`` (vector width follows alignment)."""
+        a = min(value & -value, 16) if value else 16
+        for kern in kernels:
+            launch = kern.launch
+            getattr(launch, arg).value = value
+            if a != getattr(kern, align_attr):
+                setattr(kern, align_attr, a)
+                launch.set_vec(self._pick(kern))
+            launch.update()
+
+    def out_problem(self, buf: Buffer) -> str | None:
+        p, rt = self.plan, self.rt
+        if buf.memory != "cuda":
+            return f"out= must be in GPU memory like the operand, got memory {buf.memory!r}"
+        if buf.device_id is not None and buf.device_id != rt.device_id:
+            return f"out= is on CUDA device {buf.device_id}, expected device {rt.device_id}"
+        if buf.itemsize != p.itemsize:
+            return f"out= has {buf.itemsize}-byte elements, expected {p.itemsize}"
+        if buf.shape != p.out_shape:
+            return f"out= has shape {buf.shape}, expected {p.out_shape} (the output box {p.out_box})"
+        if not buf.is_dense(p.out_strides):
+            return (f"out= has element strides {buf.strides}, expected dense {p.out_order}-order strides "
+                    f"{p.out_strides}")
+        if buf.readonly:
+            return "out= is read-only"
+        ent = rt.sym_lookup(buf.ptr)
+        if ent is None and not rt.is_symmetric(buf.ptr):
+            return ("out= must be on the NVSHMEM symmetric heap (peers write into it): allocate it with "
+                    "redist.allocate_symmetric_memory")
+        if ent is not None and buf.ptr + buf.nbytes > ent[0] + ent[1]:
+            return f"out= ({buf.nbytes} bytes) runs past the end of its symmetric allocation ({ent[1]} bytes)"
+        delta = buf.ptr - self.result_ptr
+        for d in self.launch_list.push_to:
+            if rt.peer_ptr(buf.ptr, d) != rt.peer_ptr(self.result_ptr, d) + delta:
+                return f"out= is not mapped like the symmetric heap for peer {d} (externally registered memory?)"
+        return None
+
+    def out_signature(self, buf: Buffer | None) -> int:
+        """The output's offset on the symmetric heap: peers write at the same offset in their mapping."""
+        return self.rt.heap_offset(self.result_ptr if buf is None else buf.ptr)
+
+    def release_input(self) -> None:
+        self._in_owner = None
+        self._bound = False
+
+    @property
+    def output_ptr(self) -> int:
+        return self.result_ptr + self._out_delta
+
+    # -- execution ------------------------------------------------------------------------------
+
+    def _enqueue(self, stream: int, sync: bool, cap=None) -> None:
+        nb = self.rt.nb
+        puts = iter(self._puts)
+        for st in self.launch_list.steps:
+            op = st.op
+            if op == "kernel":
+                kern = self._kernels[st.kernel.name]
+                kern.launch.launch(stream)
+                if cap is not None:
+                    nodes = cap.mark()
+                    if len(nodes) != 1:
+                        raise CudaError(f"expected one captured node for the {st.kernel.name} kernel, got {len(nodes)}")
+                    self._captured_kernels.append((kern, nodes[0]))
+            elif op == "sync_all":
+                if st.toggle and not sync and cap is None:
+                    continue
+                nb.sync_all_on_stream(stream)
+                if cap is not None and st.toggle:
+                    self._captured_toggles.extend(cap.mark())
+            elif op == "barrier_all":
+                nb.barrier_all_on_stream(stream)
+            elif op == "quiet":
+                nb.quiet_on_stream(stream)
+            elif op == "put":
+                dst, src, n, pe = next(puts)
+                nb.putmem_nbi_on_stream(dst, src, n, pe, stream)
+
+    def _instantiate(self):
+        from cuda.bindings import driver
+
+        from .graph import Capture, GraphExec, check
+
+        self._captured_kernels, self._captured_toggles = [], []
+        s = self.rt.stream
+        with Capture(s) as cap:
+            self._enqueue(s, True, cap)
+        ge = GraphExec(cap.graph, upload_stream=s)
+        toggles = []
+        for nd in self._captured_toggles:
+            t = check(driver.cuGraphNodeGetType(nd), "cuGraphNodeGetType")
+            if t != driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+                toggles = []  # cannot disable it: sync_symmetric_memory=False then still syncs
+                break
+            toggles.append(nd)
+        ge.toggle_nodes = toggles
+        for kern, nd in self._captured_kernels:
+            kern.launch.nodes = [(ge.handle, int(nd))]
+        self._captured_kernels = self._captured_toggles = None
+        self._drv.call("cuStreamSynchronize", s)
+        self._exec = ge
+        if self._logger is not None:
+            self._logger.info(
+                "cuda graph captured: %s; nodes %s; entry sync toggle %s",
+                " -> ".join(self.launch_list.node_labels()), ge.count_nodes(), "yes" if toggles else "no",
+            )
+        return ge
+
+    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+                problem: collective.Problem | None = None, graph: bool | None = None) -> None:
+        """Collective: agree on the call, then run the redistribution on ``stream`` (one cuGraphLaunch).
+
+        ``graph=None`` follows ``self.graphs`` (default True; REDIST_CUDA_GRAPHS=0 makes every
+        execute eager: the same kernels and NVSHMEM calls, enqueued directly, for debugging).
+        """
+        if problem is None:
+            if self._freed:
+                problem = ("InvalidStateError", "this CUDA executable has been freed")
+            elif not self._bound:
+                problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
+        if self._check.nranks > 1 or problem is not None:
+            offset = self.rt.heap_offset(self.output_ptr)
+            self._check.check(problem, hash((offset, bool(sync), bool(release_workspace))),
+                              what=(f"out= at heap offset {offset}", bool(sync), bool(release_workspace)))
+        if graph is None:
+            graph = self.graphs
+        if self._need_workspace:
+            self._restore_workspace()
+        if graph:
+            ge = self._exec
+            if ge is None:
+                ge = self._instantiate()
+            if ge.toggle_nodes and sync != ge.toggle_enabled:
+                ge.set_toggle(sync)
+            rc = self._drv.cuGraphLaunch(ge.handle, stream)
+            if rc:
+                from .graph import _err_name
+
+                raise CudaError(f"cuGraphLaunch failed with CUresult {rc}{_err_name(rc)}")
+        else:
+            self._enqueue(stream, sync)
+        self._launches += 1
+        if self.blocking:
+            self._drv.call("cuStreamSynchronize", stream)
+        if release_workspace:
+            self.release_workspace()
+
+    def graph(self, stream: int = 0) -> int:
+        """The CUgraph (int) that execute() launches; captured now if needed.
+
+        A parent graph that embeds it as a child node gets a copy: later rebinds don't reach it.
+        """
+        if self._freed:
+            raise InvalidStateError("this CUDA executable has been freed")
+        if self._need_workspace:
+            self._restore_workspace()
+        ge = self._exec or self._instantiate()
+        return int(ge.graph)
+
+    # -- workspace and lifetime -----------------------------------------------------------------
+
+    def _destroy_exec(self) -> None:
+        ge, self._exec = self._exec, None
+        for kern in self._kernels.values():
+            kern.launch.nodes = []
+        if ge is not None:
+            ge.destroy()
+
+    def release_workspace(self) -> None:
+        """Collective: free the symmetric staging (put transport); re-made by the next execute."""
+        if self._freed or not (self._send or self._recv):
+            return
+        self.rt.synchronize()  # no in-flight graph may still use the staging
+        self._destroy_exec()
+        send, recv, self._send, self._recv = self._send, self._recv, 0, 0
+        self.rt.sym_free(send)
+        self.rt.sym_free(recv)
+        self._need_workspace = True
+
+    def _restore_workspace(self) -> None:
+        self._alloc_staging()
+        for kern in self._kernels.values():
+            if any(s.dst_space == "send" or s.src_space == "recv" for s in kern.step.segments):
+                self.rt.htod(kern.table_ptr, self._table(kern.step))
+        self._puts_resolve()
+        self._need_workspace = False
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.launch_list.send_staging_bytes + self.launch_list.recv_staging_bytes
+
+    def detach_result(self) -> None:
+        """The caller owns the result now (function form): free() leaves it on the heap."""
+        if not self._detached and self.result_ptr:
+            self._detached = True
+            self.rt.sym_set_owner(self.result_ptr, "user")
+
+    def free(self) -> None:
+        """Collective: wait for in-flight work, destroy the graph, free tables, staging, result."""
+        if self._freed:
+            return
+        self._freed = True
+        self._in_owner = None
+        self._check.free()
+        rt = self.rt
+        if rt.stopped:
+            return
+        try:
+            rt.synchronize()
+        finally:
+            self._destroy_exec()
+            for kern in self._kernels.values():
+                rt.dev_free(kern.table_ptr)
+            self._kernels = {}
+            for p in (self._send, self._recv):
+                if p:
+                    rt.sym_free(p)
+            self._send = self._recv = 0
+            if self.result_ptr and not self._detached:
+                rt.sym_free(self.result_ptr)
+            self.result_ptr = 0
+
+    def __del__(self):
+        # Garbage-collected without free(): what is local goes now (the graph exec: the driver
+        # defers its destruction while it runs); symmetric memory and tables, whose release must
+        # wait for the GPU and (symmetric) for every rank, go to the runtime, which frees them
+        # at its next collective point once every rank has dropped this executable.
+        try:
+            if getattr(self, "_freed", True) or self.rt.stopped:
+                return
+            self._freed = True
+            self._check.free()
+            self._destroy_exec()
+            sym = [p for p in (self._send, self._recv) if p]
+            if self.result_ptr and not self._detached:
+                sym.append(self.result_ptr)
+            self.rt.retire(self.serial, sym, [k.table_ptr for k in self._kernels.values()])
+        except Exception:  # noqa: BLE001, S110 -- never raise from a finalizer
+            pass
+
+    def describe(self) -> str:
+        vecs = ", ".join(f"{n}: {k.launch.vec} B" for n, k in self._kernels.items())
+        state = "captured" if self._exec is not None else "not captured yet"
+        return f"{self.launch_list.describe()}\n  graph {state}; vector widths now {vecs or '-'}"
+
+    @property
+    def transports(self) -> dict[int, str]:
+        ll = self.launch_list
+        return {**{d: "push" for d in ll.push_to}, **{d: "put" for d in ll.put_to}}
+

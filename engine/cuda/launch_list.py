@@ -1,0 +1,433 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The launch list: a plan as the exact sequence of graph nodes the CUDA backend captures (pure).
+
+:func:`build_launch_list` turns a plan plus the job's reachability matrix into a
+:class:`LaunchList` -- NVSHMEM syncs/barriers/puts and our kernels, each kernel with its
+segments, block split, kernel family and widest vector -- with :meth:`LaunchList.describe`.
+No GPU, no NVSHMEM: CI tests it, and every rank computes the same structure from the same
+job-wide matrices. :func:`table_rows` gives a kernel's segment table with real addresses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .. import geometry as geo
+from ..errors import InvalidValueError, NotSupportedError
+from ..plan import Copy, Plan
+from . import kernels as K
+
+__all__ = [
+    "BASE_ALIGN",
+    "TRANSPORTS",
+    "KernelStep",
+    "LaunchList",
+    "Segment",
+    "Step",
+    "align_of",
+    "build_launch_list",
+    "push_matrix",
+    "table_rows",
+    "traffic_matrix",
+]
+
+TRANSPORTS = ("auto", "push", "put")
+#: Alignment assumed for engine-owned device bases (symmetric allocations are 512-aligned).
+BASE_ALIGN = 256
+_PIECE = 1 << 30  # how a >2 GiB contiguous run is cut
+
+
+def align_of(x: int) -> int:
+    """Largest power of two <= 16 dividing x (16 for 0)."""
+    x = int(x)
+    if x == 0:
+        return 16
+    return min(x & -x, 16)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One strided copy inside a kernel launch, in bytes.
+
+    ``role``: "local" (own result), "push" (a peer's result, through its peer pointer), "pack"
+    (own send staging) or "unpack" (own receive staging -> own result). ``src_space`` is "input"
+    (offset from the bound operand) or "recv" (receive staging); ``dst_space`` is "output" (the
+    result of ``dst_rank``, plus the out= delta) or "send" (send staging).
+    """
+
+    role: str
+    peer: int
+    src_space: str
+    src_offset: int
+    dst_space: str
+    dst_rank: int
+    dst_offset: int
+    nbytes: int
+    row_bytes: int
+    outer: tuple[int, ...]
+    sstride: tuple[int, ...]
+    dstride: tuple[int, ...]
+
+    @property
+    def nouter(self) -> int:
+        return len(self.outer)
+
+    def max_vec(self) -> int:
+        v = 16
+        for q in (self.row_bytes, self.src_offset, self.dst_offset, *self.sstride, *self.dstride):
+            v = min(v, align_of(q))
+        return v
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """One launch of the copy kernel: its segments, their blocks, and the kernel family."""
+
+    name: str  # "copy" (local + push + pack) or "unpack"
+    segments: tuple[Segment, ...]
+    blocks: tuple[int, ...]
+    run_bytes: int  # fixed run length of the family (0: read per segment)
+    nout: int  # outer dimensions of the family
+    vmax: int  # widest vector every segment allows (bases and the bound pointers may lower it)
+    reads_input: bool
+    writes_output: bool
+
+    @property
+    def grid(self) -> int:
+        return sum(self.blocks)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.segments)
+
+    @property
+    def family(self) -> tuple[int, int]:
+        return self.run_bytes, self.nout
+
+    def kernel_names(self) -> list[str]:
+        return [
+            K.kernel_name(self.run_bytes, self.nout, v)
+            for v in K.family_widths(self.run_bytes)
+            if v <= self.vmax
+        ]
+
+    def label(self) -> str:
+        roles = ",".join(
+            sorted({s.role for s in self.segments}, key=["local", "push", "pack", "unpack"].index)
+        )
+        return f"kernel:{self.name}[{roles}]"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node (group) of the graph, in capture order."""
+
+    op: str  # "sync_all" | "barrier_all" | "quiet" | "put" | "kernel"
+    toggle: bool = False  # sync_all only: the entry sync that sync_symmetric_memory=False disables
+    kernel: KernelStep | None = None
+    pe: int = -1  # put: destination PE
+    src_offset: int = 0  # put: offset in this rank's send staging
+    dst_offset: int = 0  # put: offset in the destination's receive staging
+    nbytes: int = 0
+
+    def label(self) -> str:
+        if self.op == "kernel":
+            return self.kernel.label()
+        if self.op == "put":
+            return f"put->{self.pe}"
+        return self.op + ("*" if self.toggle else "")
+
+
+@dataclass(frozen=True)
+class LaunchList:
+    """Everything one rank's graph holds, decided at plan time (see DESIGN.md)."""
+
+    rank: int
+    nranks: int
+    itemsize: int
+    steps: tuple[Step, ...]
+    push_to: tuple[int, ...]  # peers this rank writes directly
+    put_to: tuple[int, ...]  # peers this rank puts to
+    put_from: tuple[int, ...]  # peers whose puts this rank unpacks
+    any_push: bool  # anywhere in the job
+    any_put: bool
+    result_bytes: int  # engine-owned result, equal on every rank (max over ranks)
+    send_staging_bytes: int  # symmetric staging sizes (0 when no rank puts)
+    recv_staging_bytes: int
+    transport: str = "auto"
+
+    @property
+    def kernels(self) -> list[KernelStep]:
+        return [s.kernel for s in self.steps if s.op == "kernel"]
+
+    def kernel(self, name: str) -> KernelStep | None:
+        return next((k for k in self.kernels if k.name == name), None)
+
+    def node_labels(self) -> list[str]:
+        return [s.label() for s in self.steps]
+
+    def families(self) -> set[tuple[int, int]]:
+        return {k.family for k in self.kernels}
+
+    def describe(self) -> str:
+        lines = [
+            f"CUDA launch list rank {self.rank}/{self.nranks} (transport={self.transport}): push to "
+            f"{list(self.push_to)}, put to {list(self.put_to)}, unpack from {list(self.put_from)}; result "
+            f"{self.result_bytes} B, staging send {self.send_staging_bytes} B recv {self.recv_staging_bytes} B",
+            ("  graph: " + " -> ".join(self.node_labels())) if self.steps else "  graph: (empty)",
+        ]
+        for k in self.kernels:
+            lines.append(
+                f"  {k.name}: grid {k.grid}x{K.BLOCK}, {len(k.segments)} segment(s), {k.nbytes} B, family "
+                f"run_bytes={k.run_bytes} nout={k.nout}, vector <= {k.vmax} B ({', '.join(k.kernel_names())})"
+            )
+            for s, b in zip(k.segments, k.blocks):
+                lines.append(
+                    f"    {s.role:6s} peer {s.peer}: {s.nbytes} B, rows of {s.row_bytes} B, outer {s.outer}, "
+                    f"src {s.src_space}@{s.src_offset} {s.sstride}, dst {s.dst_space}[{s.dst_rank}]@{s.dst_offset} "
+                    f"{s.dstride}, {b} block(s)"
+                )
+        return "\n".join(lines)
+
+
+def traffic_matrix(plan: Plan) -> np.ndarray:
+    """``t[s, d]``: rank s sends something to rank d (s != d)."""
+    vol = geo.pairwise_overlap(plan.in_boxes, plan.out_boxes)
+    np.fill_diagonal(vol, 0)
+    return vol > 0
+
+
+def push_matrix(reach, traffic: np.ndarray, transport: str) -> np.ndarray:
+    """``push[s, d]`` for every pair with traffic: True = s writes d's result directly.
+
+    ``reach[s][d]``: s can load/store d's symmetric memory (nvshmem_ptr != 0).
+    """
+    if transport not in TRANSPORTS:
+        raise InvalidValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    p = traffic.shape[0]
+    reach = np.asarray(reach, dtype=bool).reshape(p, p)
+    if transport == "put":
+        return np.zeros((p, p), dtype=bool)
+    if transport == "push":
+        bad = np.argwhere(traffic & ~reach)
+        if len(bad):
+            s, d = (int(x) for x in bad[0])
+            raise NotSupportedError(
+                f"transport='push' needs every pair that exchanges data to be load/store reachable (NVLink/P2P), "
+                f"but rank {s} cannot map rank {d}'s memory (nvshmem_ptr is NULL); use transport='auto' or 'put'"
+            )
+    return traffic & reach
+
+
+def _byte_copy(c: Copy, s: int) -> tuple[int, tuple, tuple, tuple]:
+    """(row_bytes, outer extents, src byte strides, dst byte strides) of an element copy."""
+    if c.contiguous_inner:
+        return (
+            c.shape[-1] * s,
+            tuple(c.shape[:-1]),
+            tuple(x * s for x in c.src_strides[:-1]),
+            tuple(x * s for x in c.dst_strides[:-1]),
+        )
+    return s, tuple(c.shape), tuple(x * s for x in c.src_strides), tuple(x * s for x in c.dst_strides)
+
+
+def _split(seg: Segment, limit: int) -> list[Segment]:
+    """Cut a segment so that each piece stays below ``limit`` bytes (kernel index range)."""
+    if seg.nbytes <= limit:
+        return [seg]
+    if seg.nouter == 0:  # one long contiguous run: cut it into pieces
+        piece = min(_PIECE, limit - limit % 16)
+        out, off = [], 0
+        while off < seg.nbytes:
+            n = min(piece, seg.nbytes - off)
+            out.append(replace(seg, src_offset=seg.src_offset + off, dst_offset=seg.dst_offset + off, nbytes=n,
+                               row_bytes=n))
+            off += n
+        return out
+    sub = seg.nbytes // seg.outer[0]  # bytes of one index of the outermost dimension
+    s0, d0 = seg.sstride[0], seg.dstride[0]
+    out = []
+    if sub <= limit:
+        c = max(1, limit // sub)
+        for i in range(0, seg.outer[0], c):
+            n = min(c, seg.outer[0] - i)
+            out.append(replace(seg, src_offset=seg.src_offset + i * s0, dst_offset=seg.dst_offset + i * d0,
+                               nbytes=n * sub, outer=(n,) + seg.outer[1:]))
+        return out
+    for i in range(seg.outer[0]):
+        out += _split(
+            replace(seg, src_offset=seg.src_offset + i * s0, dst_offset=seg.dst_offset + i * d0, nbytes=sub,
+                    outer=seg.outer[1:], sstride=seg.sstride[1:], dstride=seg.dstride[1:]),
+            limit,
+        )
+    return out
+
+
+def _segments(
+    c: Copy,
+    itemsize: int,
+    role: str,
+    peer: int,
+    src_space: str,
+    src_base: int,
+    dst_space: str,
+    dst_rank: int,
+    dst_base: int,
+    limit: int,
+) -> list[Segment]:
+    row, outer, ss, ds = _byte_copy(c, itemsize)
+    seg = Segment(
+        role,
+        peer,
+        src_space,
+        src_base + c.src_offset * itemsize,
+        dst_space,
+        dst_rank,
+        dst_base + c.dst_offset * itemsize,
+        c.size * itemsize,
+        row,
+        outer,
+        ss,
+        ds,
+    )
+    if seg.nouter > K.MAXD:
+        raise NotSupportedError(
+            f"a {role} copy of rank {peer if role == 'unpack' else dst_rank} has {seg.nouter + 1} dimensions that "
+            f"cannot be merged (at most {K.MAXD + 1} are supported by the CUDA backend)"
+        )
+    return _split(seg, limit)
+
+
+def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int) -> KernelStep | None:
+    if not segs:
+        return None
+    nout = max(s.nouter for s in segs)
+    rows = {s.row_bytes for s in segs}
+    run = rows.pop() if (len(rows) == 1 and nout > 0) else 0
+    vmax = min([base_align] + [s.max_vec() for s in segs])
+    vmax = min(align_of(vmax), 16)
+    return KernelStep(
+        name=name,
+        segments=tuple(segs),
+        blocks=tuple(K.blocks_for([s.nbytes for s in segs], sm_count)),
+        run_bytes=run,
+        nout=nout,
+        vmax=vmax,
+        reads_input=any(s.src_space == "input" for s in segs),
+        writes_output=any(s.dst_space == "output" for s in segs),
+    )
+
+
+def build_launch_list(
+    plan: Plan,
+    reach=None,
+    *,
+    transport: str = "auto",
+    sm_count: int = 132,
+    base_align: int = BASE_ALIGN,
+    seg_limit: int = K.SEG_LIMIT,
+) -> LaunchList:
+    """The graph of ``plan.rank``: pure, identical structure on every rank of the job.
+
+    ``reach``: P x P booleans (s can load/store d's symmetric memory); None = all reachable
+    (one NVLink node). Graph shapes (``*`` = toggled by ``sync_symmetric_memory``):
+
+    * no exchange anywhere (one rank, or nothing crosses ranks): ``kernel:copy[local]``
+    * push only:  ``sync_all* -> kernel:copy[local,push] -> barrier_all``
+    * with puts:  ``[sync_all*] -> kernel:copy[local,push,pack] -> sync_all -> put... -> quiet ->
+      barrier_all -> kernel:unpack`` (the entry sync only when some pair pushes)
+    """
+    p, r, s = plan.nranks, plan.rank, plan.itemsize
+    traffic = traffic_matrix(plan)
+    if reach is None:
+        reach = np.ones((p, p), dtype=bool)
+    push = push_matrix(reach, traffic, transport)
+    any_push = bool((push & traffic).any())
+    any_put = bool((traffic & ~push).any())
+    vols = [geo.volume(b) for b in plan.out_boxes]
+    result_bytes = max(1, max(vols) * s if vols else 1)
+
+    copy_segs: list[Segment] = []
+    if plan.local is not None:
+        copy_segs += _segments(plan.local.direct, s, "local", r, "input", 0, "output", r, 0, seg_limit)
+    puts: list[Step] = []
+    push_to, put_to = [], []
+    for t, soff, roff in zip(plan.sends, plan.send_offsets, plan.remote_offsets):
+        if push[r, t.dst]:
+            push_to.append(t.dst)
+            copy_segs += _segments(t.direct, s, "push", t.dst, "input", 0, "output", t.dst, 0, seg_limit)
+        else:
+            put_to.append(t.dst)
+            copy_segs += _segments(t.pack, s, "pack", t.dst, "input", 0, "send", r, soff, seg_limit)
+            puts.append(Step("put", pe=t.dst, src_offset=soff, dst_offset=roff, nbytes=t.nbytes))
+    unpack_segs: list[Segment] = []
+    put_from = []
+    for t, off in zip(plan.recvs, plan.recv_offsets):
+        if not push[t.src, r]:
+            put_from.append(t.src)
+            unpack_segs += _segments(t.unpack, s, "unpack", t.src, "recv", off, "output", r, 0, seg_limit)
+
+    k1 = _kernel_step("copy", copy_segs, sm_count, base_align)
+    k2 = _kernel_step("unpack", unpack_segs, sm_count, base_align)
+    steps: list[Step] = []
+    if any_push:
+        steps.append(Step("sync_all", toggle=True))
+    if k1 is not None:
+        steps.append(Step("kernel", kernel=k1))
+    if any_put:
+        steps.append(Step("sync_all"))  # receivers are done with their staging (previous unpack)
+        steps += puts
+        if puts:
+            steps.append(Step("quiet"))
+        steps.append(Step("barrier_all"))  # every put (and push) has landed
+        if k2 is not None:
+            steps.append(Step("kernel", kernel=k2))
+    elif any_push:
+        steps.append(Step("barrier_all"))  # peers' writes into our result are complete
+    return LaunchList(
+        rank=r,
+        nranks=p,
+        itemsize=s,
+        steps=tuple(steps),
+        push_to=tuple(push_to),
+        put_to=tuple(put_to),
+        put_from=tuple(put_from),
+        any_push=any_push,
+        any_put=any_put,
+        result_bytes=result_bytes,
+        send_staging_bytes=max(1, plan.max_send_staging_bytes) if any_put else 0,
+        recv_staging_bytes=max(1, plan.max_recv_staging_bytes) if any_put else 0,
+        transport=transport,
+    )
+
+
+def table_rows(step: KernelStep, *, output: Callable[[int], int], send: int = 0, recv: int = 0) -> list[dict]:
+    """Segment-table rows with real addresses: ``output(rank)`` = that rank's result as mapped here."""
+    rows, b0 = [], 0
+    for seg, nb in zip(step.segments, step.blocks):
+        src_rel = seg.src_space == "input"
+        src = seg.src_offset if src_rel else recv + seg.src_offset
+        if seg.dst_space == "output":
+            dst = output(seg.dst_rank) + seg.dst_offset
+        else:
+            dst = send + seg.dst_offset
+        rows.append(
+            dict(
+                src=src,
+                dst=dst,
+                src_rel=src_rel,
+                dst_rel=seg.dst_space == "output",
+                bytes=seg.nbytes,
+                row_bytes=seg.row_bytes,
+                outer=seg.outer,
+                sstride=seg.sstride,
+                dstride=seg.dstride,
+                blk_begin=b0,
+                blk_count=nb,
+            )
+        )
+        b0 += nb
+    return rows

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Lowering a plan to the CUDA backend (collective): transports, kernels, the executable.
+
+:func:`lower` agrees on the job-wide reachability matrix (which pairs can load/store each
+other's symmetric memory), builds this rank's launch list (:mod:`.launch_list`, pure), compiles
+and loads its kernel families, and returns a :class:`~.executable.CudaExecutable` whose graph
+is captured on the first execute. Every step that can fail on some ranks only is agreed
+(:mod:`redist.engine.collective`) before the next collective one, so every rank raises the same
+error and none is left waiting in an NVSHMEM allocation or barrier.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import collective
+from ..errors import InvalidValueError, NotInitializedError
+from ..plan import Plan
+from .executable import CudaExecutable
+from .launch_list import TRANSPORTS, build_launch_list
+
+__all__ = ["lower"]
+
+
+def lower(plan: Plan, ctx, options) -> CudaExecutable:
+    """Collective: lower ``plan`` onto the CUDA runtime of ``ctx`` (``ctx.cuda``).
+
+    ``options.transport``: "auto" (push to every load/store-reachable peer, put to the others),
+    "push" (all pushes; NotSupportedError if a pair is not reachable) or "put".
+    """
+    rt = ctx.cuda
+    if rt is None:
+        raise NotInitializedError(
+            "NVSHMEM is not initialised: call redist.initialize() with a GPU (redist.engine.cuda.runtime.start)"
+        )
+    t0 = time.perf_counter()
+    comm = rt.comm
+    rt.reap()
+    transport = options.transport
+    with collective.attempt(comm) as step:
+        rt.check_alive()
+        if transport not in TRANSPORTS:
+            raise InvalidValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        if plan.nranks != rt.nranks or plan.rank != rt.rank:
+            raise InvalidValueError(f"plan is for rank {plan.rank}/{plan.nranks}, runtime is rank {rt.rank}/{rt.nranks}")
+        step.payload = [d == rt.rank or rt.peer_ptr(rt.anchor, d) != 0 for d in range(rt.nranks)]
+    reach = np.array(step.gathered, dtype=bool)
+    funcs = {}
+    with collective.attempt(comm):
+        ll = build_launch_list(plan, reach, transport=transport, sm_count=rt.sm_count)
+        tc = time.perf_counter()
+        for k in ll.kernels:
+            funcs[k.name] = rt.functions(*k.family)
+        compile_ms = (time.perf_counter() - tc) * 1e3
+    exe = CudaExecutable(plan, rt, ll, funcs, serial=ctx.next_tag(), blocking=options.blocking, logger=options.logger)
+    if options.logger is not None:
+        options.logger.info(
+            "cuda lower: %.1f ms (kernels %.1f ms); %s",
+            (time.perf_counter() - t0) * 1e3,
+            compile_ms,
+            ll.describe().replace("\n", "\n    "),
+        )
+    return exe

@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Host operands on the GPU (``execution="cuda"``): an engine-owned device mirror around a
+:class:`~.executable.CudaExecutable`.
+
+Each execute copies the operand's bytes into the mirror, runs the GPU exchange into the inner
+executable's symmetric result and copies that back into the host result (or ``out=``), then
+waits: blocking, as nvmath-python's host path is. The agreement of the call is the inner
+executable's, so a rank with a problem copies nothing and every rank raises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import collective
+from ..buffer import Buffer, byte_extent
+from ..plan import Plan
+from .executable import CudaExecutable
+from .lowering import lower as lower_cuda
+
+__all__ = ["MirrorExecutable", "lower"]
+
+
+class MirrorExecutable:
+    """A host-memory executable that runs on the GPU (see the module docstring)."""
+
+    backend = "cuda-mirror"
+
+    def __init__(self, inner: CudaExecutable):
+        plan = inner.plan
+        self.plan: Plan = plan
+        self.rt = inner.rt
+        self._inner = inner
+        self._lo, hi = byte_extent(plan.in_shape, plan.in_strides, plan.itemsize)
+        self._span = hi - self._lo
+        self._mirror = 0
+        self._host_src = 0
+        self._owner = None
+        self._bound = False
+        self._out_bytes = plan.out_elements * plan.itemsize
+        self._result_bytes = np.empty(max(self._out_bytes, 1), np.uint8)
+        self.result = Buffer(self._result_bytes.ctypes.data, plan.out_shape, plan.out_strides, plan.itemsize, "cpu",
+                             owner=self._result_bytes)
+        self._out_ptr = self.result.ptr
+
+    # -- binding ---------------------------------------------------------------------------------
+
+    def bind_input(self, buf: Buffer) -> None:
+        self.rebind_input(buf.ptr, buf.owner)
+
+    def rebind_input(self, ptr: int, owner: object = None) -> None:
+        self._host_src, self._owner, self._bound = ptr, owner, True
+        if not self._mirror:
+            self._mirror = self.rt.dev_alloc(max(self._span, 1))
+            self._inner.rebind_input(self._mirror - self._lo)
+
+    def bind_output(self, buf: Buffer | None) -> None:
+        self._out_ptr = self.result.ptr if buf is None else buf.ptr
+
+    def out_problem(self, buf: Buffer) -> str | None:
+        p = self.plan
+        if buf.memory != "cpu":
+            return f"out= must be in host memory like the operand, got memory {buf.memory!r}"
+        if buf.itemsize != p.itemsize:
+            return f"out= has {buf.itemsize}-byte elements, expected {p.itemsize}"
+        if buf.shape != p.out_shape:
+            return f"out= has shape {buf.shape}, expected {p.out_shape} (the output box {p.out_box})"
+        if not buf.is_dense(p.out_strides):
+            return (f"out= has element strides {buf.strides}, expected dense {p.out_order}-order strides "
+                    f"{p.out_strides} (execution='cuda' copies the result back in one piece)")
+        if buf.readonly:
+            return "out= is read-only"
+        return None
+
+    def out_signature(self, buf: Buffer | None) -> None:
+        return None
+
+    def release_input(self) -> None:
+        self._host_src, self._owner, self._bound = 0, None, False
+        if self._mirror:
+            self.rt.synchronize()  # in-flight copies may still read the mirror
+            self.rt.dev_free(self._mirror)
+            self._mirror = 0
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+                problem: collective.Problem | None = None) -> None:
+        drv = self.rt.driver
+        if problem is None and not self._bound:
+            problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
+        if problem is None and self._span:
+            drv.call("cuMemcpyHtoDAsync", self._mirror, self._host_src + self._lo, self._span, stream)
+        self._inner.execute(stream, sync=sync, release_workspace=release_workspace, problem=problem)
+        if self._out_bytes:
+            drv.call("cuMemcpyDtoHAsync", self._out_ptr, self._inner.result_ptr, self._out_bytes, stream)
+        drv.call("cuStreamSynchronize", stream)
+
+    def graph(self, stream: int = 0) -> int:
+        return self._inner.graph(stream)
+
+    # -- lifetime ----------------------------------------------------------------------------------
+
+    def release_workspace(self) -> None:
+        self._inner.release_workspace()
+
+    def detach_result(self) -> None:
+        """The host result is a numpy buffer: whoever holds ``result.owner`` keeps it."""
+
+    def free(self) -> None:
+        inner, self._inner = self._inner, None
+        try:
+            if inner is not None:
+                inner.free()
+        finally:
+            if self._mirror and not self.rt.stopped:
+                self.rt.dev_free(self._mirror)
+            self._mirror = 0
+            self._owner = None
+
+    def describe(self) -> str:
+        inner = self._inner.describe() if self._inner is not None else "(freed)"
+        return f"host operand through a {self._span}-byte device mirror (execution='cuda')\n{inner}"
+
+
+def lower(plan: Plan, ctx, options) -> MirrorExecutable:
+    """Collective: the CUDA executable of ``plan`` wrapped in a host mirror."""
+    return MirrorExecutable(lower_cuda(plan, ctx, options))
