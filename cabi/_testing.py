@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Helpers shared by tests/test_cabi.py, tests/test_fortran.py and perf/bench_cabi.py.
+"""Helpers shared by tests/cabi/test_cabi.py, tests/cabi/test_fortran.py and perf/bench_cabi.py.
 
 :func:`build_once` builds the library once per process and directory; :func:`compile_c` and
 :func:`compile_fortran` build the examples and checks against it.

@@ -10,9 +10,9 @@ MPI="mpiexec --allow-run-as-root --bind-to none --oversubscribe"
 { nvidia-smi -L; nvidia-smi topo -m; python3 -c 'import torch, cupy, cuda.core; print(torch.__version__, cupy.__version__)'; } > "$OUT/env.txt" 2>&1
 step() { echo "=== $* ($(date +%T))"; }
 step gpu tests
-python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_compile.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -3
+python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda.py tests/unit/test_cuda_compile.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -3
 step C ABI device example
-python3 -m pytest -q -p no:cacheprovider tests/test_cabi.py -k device 2>&1 | tee "$OUT/pytest_cabi_gpu.txt" | tail -3
+python3 -m pytest -q -p no:cacheprovider tests/cabi/test_cabi.py -k device 2>&1 | tee "$OUT/pytest_cabi_gpu.txt" | tail -3
 step bench P=2 slab
 $MPI -n 2 python3 perf/bench_cuda.py --sizes 32 64 128 256 512 1024 --out "$OUT/bench_p2.md" 2>&1 | grep -v '^{' | tail -12
 step bench P=1 slab

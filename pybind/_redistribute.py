@@ -141,8 +141,7 @@ class Redistribute:
                          doc="This process's input box.")
     output_box = property(lambda self: Box(*self._out_boxes[self._ctx.process_group.rank]),
                           doc="This process's output box.")
-    layout = property(lambda self: self._out_order, doc='"C" or "F": the order of the result.')
-    result_layout = layout
+    layout = property(lambda self: self._out_order, doc='"C" or "F": the memory order of the result.')
     execution_space = property(lambda self: "cpu" if self._backend == "host" else "cuda",
                                doc='"cpu" or "cuda": where the exchange runs.')
     memory_space = property(lambda self: self._template.memory, doc='"cpu" or "cuda": where operands live.')

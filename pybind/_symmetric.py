@@ -117,13 +117,10 @@ def allocate_symmetric_memory(
         nbytes = math.prod(shp) * itemsize
     except Exception as e:  # noqa: BLE001 -- raised on every rank by symmetric.allocate
         failure = e
-    ptr, alloc = symmetric.allocate(rt, nbytes, make_symmetric=make_symmetric,
-                                    skip_symmetric_check=skip_symmetric_check, failure=failure)
+    ptr = symmetric.allocate(rt, nbytes, make_symmetric=make_symmetric, skip_symmetric_check=skip_symmetric_check,
+                             failure=failure, logger=log, what=f"{name} {shp} {dt}")
     template = Operand(None, name, dt, str(dt), str(dt), Buffer(0, shp, st, itemsize, "cuda", rt.device_id))
-    arr = as_array(Buffer(ptr, shp, st, itemsize, "cuda", rt.device_id), template, owner=rt)
-    log.debug("allocate_symmetric_memory: %s %s %s at heap offset %d (%d bytes)", name, shp, dt,
-              rt.heap_offset(ptr), alloc)
-    return arr
+    return as_array(Buffer(ptr, shp, st, itemsize, "cuda", rt.device_id), template, owner=rt)
 
 
 def free_symmetric_memory(*arrays) -> None:

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shared fixtures: the MPI launcher and the GPU skip rule.
 
-Multi-rank tests run a worker script from tests/workers under ``mpiexec -n P`` with a timeout.
-Each worker reduces its failures across ranks before deciding (so no rank hangs) and rank 0
-prints ``ALL OK`` when every rank passed.
+tests/ mirrors the code: ``unit/`` (pure engine, the CUDA lowering without a GPU), ``mpi/`` (the
+API and the host backend under mpiexec), ``gpu/`` (the CUDA backend on a GPU), ``cabi/`` (C and
+Fortran). Multi-rank tests run a worker script (``<area>/workers/*.py``) under ``mpiexec -n P``
+with a timeout. Each worker reduces its failures across ranks before deciding (so no rank
+hangs) and rank 0 prints ``ALL OK`` when every rank passed. Shared helpers: tests/helpers.py.
 """
 
 from __future__ import annotations
@@ -13,22 +15,18 @@ import sys
 
 import pytest
 
+from helpers import TESTS, gpu_count
 from redist._launch import find_mpiexec, run_mpi
 
-WORKERS = os.path.join(os.path.dirname(__file__), "workers")
 
-
-def gpu_count() -> int:
-    try:
-        from cuda.bindings import driver
-
-        (err,) = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return 0
-        err, n = driver.cuDeviceGetCount()
-        return n if err == driver.CUresult.CUDA_SUCCESS else 0
-    except Exception:
-        return 0
+def worker_path(name: str) -> str:
+    """The path of a worker script, found in any ``tests/<area>/workers/``."""
+    if os.path.isabs(name):
+        return name
+    hits = sorted(TESTS.glob(f"*/workers/{name}"))
+    if len(hits) != 1:
+        raise FileNotFoundError(f"worker {name!r}: found {hits}")
+    return str(hits[0])
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,8 +44,7 @@ def mpirun():
         pytest.skip("mpiexec not found")
 
     def run(nprocs, worker, *args, timeout=240, expect_ok=True, env=None):
-        script = worker if os.path.isabs(worker) else os.path.join(WORKERS, worker)
-        res = run_mpi(nprocs, [sys.executable, script, *map(str, args)], timeout=timeout, env=env)
+        res = run_mpi(nprocs, [sys.executable, worker_path(worker), *map(str, args)], timeout=timeout, env=env)
         if expect_ok:
             assert res.returncode == 0 and "ALL OK" in res.stdout, (
                 f"mpiexec -n {nprocs} {worker} {' '.join(map(str, args))} failed (rc={res.returncode}):\n"

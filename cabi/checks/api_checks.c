@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * api_checks.c: the C API's error paths and corner cases, run by tests/test_cabi.py under
+ * api_checks.c: the C API's error paths and corner cases, run by tests/cabi/test_cabi.py under
  * mpiexec (any number of processes). Exits 0 and prints "rank r/n: K checks passed" when all
  * pass. Usage: api_checks [EXPECTED_VERSION]
  */

@@ -1,5 +1,5 @@
 ! SPDX-License-Identifier: Apache-2.0
-!> api_checks.f90: the Fortran module's wrappers and error paths, run by tests/test_fortran.py
+!> api_checks.f90: the Fortran module's wrappers and error paths, run by tests/cabi/test_fortran.py
 !> under mpiexec. Prints "rank r/n: K Fortran checks passed". Usage: api_checks_f [VERSION]
 program api_checks
   use, intrinsic :: iso_c_binding, only: c_associated, c_double, c_f_pointer, c_int32_t, c_int64_t, c_loc, &

@@ -2,7 +2,7 @@
 /*
  * init_probe.c: what a C program sees when the embedded Python can or cannot start.
  * Prints one "name: status" line per call and the last error; exits 0 unless it crashes
- * (tests/test_cabi.py runs it with broken environments and checks for
+ * (tests/cabi/test_cabi.py runs it with broken environments and checks for
  * REDIST_ERROR_PYTHON_INIT, never 0 and never a crash).
  */
 #include <stdio.h>

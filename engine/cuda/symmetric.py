@@ -14,8 +14,8 @@ __all__ = ["allocate", "free"]
 
 
 def allocate(rt, nbytes: int, *, make_symmetric: bool = False, skip_symmetric_check: bool = False,
-             failure: BaseException | None = None) -> tuple[int, int]:
-    """Collective: ``(address, allocated bytes)`` of a user allocation on every rank.
+             failure: BaseException | None = None, logger=None, what: str = "") -> int:
+    """Collective: the address of a new user allocation of ``nbytes`` on every rank.
 
     ``failure``: this rank's problem met before (bad shape or dtype), raised on every rank.
     Sizes must be equal on every rank unless ``make_symmetric`` (every rank then allocates the
@@ -33,7 +33,10 @@ def allocate(rt, nbytes: int, *, make_symmetric: bool = False, skip_symmetric_ch
                 "make_symmetric=True to pad every process to the largest"
             )
         alloc = max(sizes)
-    return rt.sym_alloc(alloc, owner="user"), alloc
+    ptr = rt.sym_alloc(alloc, owner="user")
+    if logger is not None:
+        logger.debug("allocate_symmetric_memory: %s at heap offset %d (%d bytes)", what, rt.heap_offset(ptr), alloc)
+    return ptr
 
 
 def _free_problem(rt, ptrs: list[int]) -> None:

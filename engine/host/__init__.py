@@ -7,6 +7,7 @@ for the strategies (``options.host_method``) and engine/DESIGN.md for the contra
 imported on first use (lowering), not at import.
 """
 
-from .executable import AUTO_METHOD, METHODS, HostExecutable, available_methods, lower
+from .executable import AUTO_METHOD, METHODS, HostExecutable
+from .lowering import available_methods, lower
 
 __all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "available_methods", "lower"]

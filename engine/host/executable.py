@@ -10,7 +10,7 @@ contiguous run is always sent or received in place. The others depend on the met
 
 ``"hybrid"`` (what ``"auto"`` picks)
     persistent ``Send_init``/``Recv_init``; each strided message goes as an MPI derived datatype
-    when that measured faster (big messages of few long runs, see :func:`_datatype_pays`),
+    when that measured faster (big messages of few long runs, see :func:`datatype_pays`),
     otherwise through numpy pack/unpack and engine-owned staging, as in ``"pack"``.
 ``"datatype"``
     persistent ``Send_init``/``Recv_init`` whose non-contiguous regions are all MPI derived
@@ -49,8 +49,6 @@ all it holds when garbage-collected.
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections import OrderedDict
 
 import numpy as np
@@ -58,11 +56,12 @@ import numpy as np
 from .. import collective
 from ..buffer import Buffer, self_overlapping
 from ..errors import CommunicationError, InvalidStateError, InvalidValueError, NotSupportedError
-from ..plan import STAGING_ALIGN, Plan, Transfer
+from ..plan import Plan
 from ..strided import HostBuffer
-from ._datatypes import copy_views, empty_bytes, is_contiguous, region_datatype, span_bytes
+from ._datatypes import copy_views, empty_bytes, region_datatype
+from .messages import Message, Side, align
 
-__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "available_methods", "lower"]
+__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable"]
 
 METHODS = ("hybrid", "datatype", "pack", "alltoallw")
 AUTO_METHOD = "hybrid"
@@ -79,94 +78,14 @@ CACHE_SIZE = 4
 COMPLETE_MAX = 16
 
 
-# "hybrid" sends a strided region as an MPI datatype only where that measured faster than numpy
-# pack + contiguous send (perf/RESULTS.md, MPICH 5.0 shared memory, 2 ranks): big messages made of
-# few long runs. MPICH's datatype engine pays per run on the sending side (a send of 8 MiB in 4 KiB
-# runs is 1.7x slower than pack + send, in 64 KiB runs 1.4x faster); receiving into runs of 1 KiB
-# or more beats unpacking; below ~64 KiB the datatype set-up costs more than the copy it saves.
-HYBRID_MIN_BYTES = 64 << 10
-HYBRID_SEND_MIN_RUN_BYTES = 4 << 10
-HYBRID_SEND_MAX_RUNS = 512
-HYBRID_RECV_MIN_RUN_BYTES = 1 << 10
-
-
-def _datatype_pays(send: bool, nbytes: int, runs: int, run_bytes: int) -> bool:
-    """Whether "hybrid" moves a strided message with an MPI datatype (else numpy pack/unpack)."""
-    if nbytes < HYBRID_MIN_BYTES:
-        return False
-    if send:
-        return run_bytes >= HYBRID_SEND_MIN_RUN_BYTES and runs <= HYBRID_SEND_MAX_RUNS
-    return run_bytes >= HYBRID_RECV_MIN_RUN_BYTES
-
-
-def _mpi():
-    from mpi4py import MPI
-
-    return MPI
-
-
-def _align(n: int) -> int:
-    return -(-n // STAGING_ALIGN) * STAGING_ALIGN
-
-
-class _Msg:
-    """One remote transfer seen from this rank (a send or a receive) and how it moves."""
-
-    __slots__ = ("copy", "dtype", "mode", "nbytes", "offset", "peer", "shape", "slot", "span", "strides")
-
-    def __init__(self, t: Transfer, send: bool, method: str, itemsize: int):
-        c = t.pack if send else t.unpack
-        self.copy = c
-        self.peer = t.dst if send else t.src
-        self.nbytes = t.nbytes
-        if send:
-            self.offset, self.shape, self.strides = c.src_offset, c.shape, c.src_strides
-        else:
-            self.offset, self.shape, self.strides = c.dst_offset, c.shape, c.dst_strides
-        positive = all(s > 0 for s in self.strides)
-        self.span = span_bytes(self.shape, self.strides, itemsize) if positive else 0
-        if is_contiguous(self.shape, self.strides):
-            self.mode = "direct"
-        elif method == "pack" or not positive:
-            self.mode = "staged"
-        elif method == "hybrid":
-            runs, run = self.runs
-            self.mode = "datatype" if _datatype_pays(send, self.nbytes, runs, run * itemsize) else "staged"
-        else:
-            self.mode = "datatype"
-        self.dtype = None  # committed MPI datatype when mode == "datatype"
-        self.slot = -1  # byte offset in this rank's staging when mode == "staged"
-
-    @property
-    def runs(self) -> tuple[int, int]:
-        """(number of contiguous runs, elements per run) of this rank's side of the message."""
-        run = self.shape[-1] if self.strides[-1] == 1 else 1
-        return math.prod(self.shape) // run, run
-
-
-class _Side:
-    """The requests and views of one binding (an operand address, or an output address + strides)."""
-
-    __slots__ = ("copies", "requests", "staged_requests")
-
-    def __init__(self):
-        self.requests: list = []  # persistent requests straight on the bound buffer
-        self.copies: list = []  # (dst_view, src_view) pack or unpack pairs through staging
-        self.staged_requests: list = []  # the staging requests that go with ``copies`` (sends only)
-
-    def free(self) -> None:
-        for r in self.requests:
-            r.Free()
-        self.requests, self.copies, self.staged_requests = [], [], []
-
-
 class HostExecutable:
     """A plan bound to MPI: see the module docstring. Made by :func:`lower`."""
 
     backend = "host"
 
     def __init__(self, plan: Plan, comm, method: str, tag: int, logger: logging.Logger | None):
-        MPI = _mpi()
+        from mpi4py import MPI
+
         self._MPI = MPI
         self.plan = plan
         self.method = method
@@ -178,13 +97,13 @@ class HostExecutable:
         self._ok_tag = 2 * (tag % span)
         self._err_tag = self._ok_tag + 1
         self._complete = method != "alltoallw" and 1 < plan.nranks <= COMPLETE_MAX
-        self._sends = [_Msg(t, True, method, isz) for t in plan.sends]
+        self._sends = [Message(t, True, method, isz) for t in plan.sends]
         self._send_stage_bytes = 0
         self._staged_send_reqs: list = [None] * len(self._sends)
         for m in self._sends:
             if m.mode == "staged":
                 m.slot = self._send_stage_bytes
-                self._send_stage_bytes += _align(m.nbytes)
+                self._send_stage_bytes += align(m.nbytes)
             elif m.mode == "datatype":
                 m.dtype = region_datatype(MPI, m.shape, m.strides, isz)
         # the engine-owned result, dense in plan.out_order
@@ -200,8 +119,8 @@ class HostExecutable:
         self._bound = False
         self._out: Buffer = self.result
         self._out_key = (self.result.ptr, self.result.strides)
-        self._sides_in: OrderedDict = OrderedDict()  # operand address -> _Side
-        self._sides_out: OrderedDict = OrderedDict()  # (address, strides) -> _Side
+        self._sides_in: OrderedDict = OrderedDict()  # operand address -> Side
+        self._sides_out: OrderedDict = OrderedDict()  # (address, strides) -> Side
         self._combos: OrderedDict = OrderedDict()  # (in address, out key) -> what execute walks
         self._null_buf = np.zeros(1, np.uint8)
         self._null_from: list[int] = []  # peers of the zero-byte messages (tag channel)
@@ -287,7 +206,7 @@ class HostExecutable:
     def _buffer(self, ptr: int, nbytes: int):
         return self._MPI.buffer.fromaddress(ptr, nbytes)
 
-    def _spec(self, m: _Msg, base: int):
+    def _spec(self, m: Message, base: int):
         """``[buffer, count, datatype]`` of a direct or datatype message on the address ``base``."""
         ptr = base + m.offset * self._itemsize
         if m.mode == "direct":
@@ -299,23 +218,23 @@ class HostExecutable:
         hit = self._layouts.get(strides)
         if hit is None:
             plan = self.plan.retarget(strides)
-            msgs = [_Msg(t, False, self.method, self._itemsize) for t in plan.recvs]
+            msgs = [Message(t, False, self.method, self._itemsize) for t in plan.recvs]
             nbytes = 0
             for m in msgs:
                 if m.mode == "staged":
                     m.slot = nbytes
-                    nbytes += _align(m.nbytes)
+                    nbytes += align(m.nbytes)
                 elif m.mode == "datatype":
                     m.dtype = region_datatype(self._MPI, m.shape, m.strides, self._itemsize)
             hit = self._layouts[strides] = (plan, msgs, nbytes)
         return hit
 
-    def _send_side(self, ptr: int) -> _Side:
+    def _send_side(self, ptr: int) -> Side:
         side = self._sides_in.get(ptr)
         if side is not None:
             self._sides_in.move_to_end(ptr)
             return side
-        side = _Side()
+        side = Side()
         isz, comm = self._itemsize, self.comm
         src = HostBuffer(ptr, isz)
         if self._send_stage is None and self._send_stage_bytes:
@@ -330,13 +249,13 @@ class HostExecutable:
         self._evict(self._sides_in, ptr, side)
         return side
 
-    def _recv_side(self, ptr: int, strides) -> _Side:
+    def _recv_side(self, ptr: int, strides) -> Side:
         key = (ptr, strides)
         side = self._sides_out.get(key)
         if side is not None:
             self._sides_out.move_to_end(key)
             return side
-        side = _Side()
+        side = Side()
         _, msgs, nbytes = self._layout(strides)
         isz, comm, MPI = self._itemsize, self.comm, self._MPI
         stage = self._recv_staging(strides, nbytes)
@@ -353,7 +272,7 @@ class HostExecutable:
         self._evict(self._sides_out, key, side)
         return side
 
-    def _evict(self, cache: OrderedDict, key, side: _Side) -> None:
+    def _evict(self, cache: OrderedDict, key, side: Side) -> None:
         """Insert ``side``; a side pushed out of the cache is freed, with every combination using it."""
         cache[key] = side
         while len(cache) > CACHE_SIZE:
@@ -362,7 +281,7 @@ class HostExecutable:
             self._combos.clear()
 
     def _make_send_staging(self) -> None:
-        MPI, isz = self._MPI, self._itemsize
+        MPI = self._MPI
         self._send_stage = empty_bytes(self._send_stage_bytes)
         base = self._send_stage.ctypes.data
         self._staged_send_reqs = [
@@ -652,68 +571,3 @@ class HostExecutable:
         return f"<HostExecutable rank={self.plan.rank}/{self.plan.nranks} method={self.method}>"
 
 
-_AVAILABLE: tuple[str, ...] | None = None
-
-
-def available_methods() -> tuple[str, ...]:
-    """:data:`METHODS` this MPI library supports ("alltoallw" needs MPI-4 persistent collectives)."""
-    global _AVAILABLE
-    if _AVAILABLE is None:
-        MPI = _mpi()
-        try:  # probe on COMM_SELF: mpi4py raises NotImplementedError when the library lacks it
-            req = MPI.COMM_SELF.Alltoallw_init([MPI.BOTTOM, [0], [0], [MPI.BYTE]], [MPI.BOTTOM, [0], [0], [MPI.BYTE]])
-            req.Free()
-            _AVAILABLE = METHODS
-        except (NotImplementedError, MPI.Exception):
-            _AVAILABLE = tuple(m for m in METHODS if m != "alltoallw")
-    return _AVAILABLE
-
-
-def lower(plan: Plan, ctx, options) -> HostExecutable:
-    """Collective over ``ctx.comm``: lower ``plan`` for MPI with ``options.host_method``.
-
-    Every rank must pass the same method; a bad method or a plan for another rank raises
-    InvalidValueError on every rank, and a method this MPI lacks NotSupportedError.
-    """
-    MPI = _mpi()
-    t0 = time.perf_counter()
-    comm = ctx.comm
-    method = options.host_method
-    chosen = AUTO_METHOD if method == "auto" else method
-    tag = ctx.next_tag()
-    exe = None
-    with collective.attempt(comm) as step:
-        if chosen not in METHODS:
-            raise InvalidValueError(f"host_method must be 'auto' or one of {METHODS}, got {method!r}")
-        if comm.Get_size() != plan.nranks or comm.Get_rank() != plan.rank:
-            raise InvalidValueError(
-                f"plan is for rank {plan.rank} of {plan.nranks} but the communicator gives rank "
-                f"{comm.Get_rank()} of {comm.Get_size()}"
-            )
-        step.payload = chosen
-        if chosen not in available_methods():  # the same library on every rank: raised everywhere
-            raise NotSupportedError(
-                f"host method {chosen!r} needs MPI-4 persistent collectives (MPI_Alltoallw_init), which this "
-                f"MPI library ({MPI.Get_library_version().splitlines()[0].strip()}) lacks; use one of "
-                f"{available_methods()}"
-            )
-        exe = HostExecutable(plan, comm, chosen, tag, options.logger)
-        if chosen == "alltoallw" and any(m.mode == "staged" for m in exe._sends):
-            raise NotSupportedError(
-                f"host method 'alltoallw' moves regions as MPI datatypes, which need positive strides; rank "
-                f"{plan.rank}'s operand has strides {plan.in_strides} (use host_method='auto')"
-            )
-    if len(set(step.gathered)) > 1:
-        raise InvalidValueError(f"ranks disagree on the host method: {step.gathered}")
-    logger = options.logger
-    if logger is not None and logger.isEnabledFor(logging.INFO):
-        nstaged = sum(m.mode == "staged" for m in exe._sends)
-        logger.info(
-            "redist host: rank %d/%d lowered plan %s with method=%s in %.3f ms; send bytes per peer %s; "
-            "recv bytes per peer %s; local %d B; %d of %d send(s) staged",
-            plan.rank, plan.nranks, plan.key, chosen, (time.perf_counter() - t0) * 1e3, plan.send_bytes,
-            plan.recv_bytes, plan.local.nbytes if plan.local is not None else 0, nstaged, len(exe._sends),
-        )
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s", exe.describe())
-    return exe

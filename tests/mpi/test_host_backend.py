@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The MPI host backend (engine/host) on 1-4 ranks: tests/workers/host_backend_worker.py.
+"""The MPI host backend (engine/host) on 1-4 ranks: tests/mpi/workers/host_backend_worker.py.
 
 One mpiexec per rank count runs every case (slabs, pencils, random boxes with empty ranks, 1-D to
 5-D, 9 dtypes incl. 12/13-byte and raw-bit items, C/F/padded/strided/permuted operands) with every
@@ -19,7 +19,7 @@ from redist.engine.host._datatypes import copy_views, fused, is_contiguous, span
 from redist.engine.plan import make_plan
 from redist.engine.strided import HostBuffer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.mpi

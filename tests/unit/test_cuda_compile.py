@@ -6,14 +6,13 @@ memory through the kernel's own index maths. Runs in CI (needs cuda-core + NVRTC
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from redist import Slab
+from helpers import expected_bytes, global_bytes, operand_bytes, random_boxes, slab_boxes
 from redist.engine import geometry as geo
 from redist.engine.cuda import kernels as K
 from redist.engine.cuda.emulator import emulate_job
@@ -40,59 +39,6 @@ needs_nvrtc = pytest.mark.skipif(
 # --------------------------------------------------------------------------------------------
 # helpers: global arrays, operands, expected results
 # --------------------------------------------------------------------------------------------
-
-
-def global_bytes(gshape, itemsize, seed=0):
-    """uint8 array gshape + (itemsize,): a distinct byte pattern per element."""
-    n = math.prod(gshape)
-    lin = np.arange(n, dtype=np.uint64).reshape(gshape)
-    b = np.arange(itemsize, dtype=np.uint64)
-    return (
-        (lin[..., None] * np.uint64(2654435761) + b * np.uint64(97) + np.uint64(seed)) % np.uint64(251)
-    ).astype(np.uint8)
-
-
-def operand_bytes(G, box, strides, itemsize):
-    """Rank operand as raw bytes with element ``strides`` (positive, possibly padded)."""
-    shape = geo.box_shape(box)
-    if math.prod(shape) == 0:
-        return np.zeros(0, np.uint8)
-    span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
-    buf = np.zeros(span * itemsize, np.uint8)
-    view = np.lib.stride_tricks.as_strided(
-        buf, shape=shape + (itemsize,), strides=tuple(s * itemsize for s in strides) + (1,)
-    )
-    sl = tuple(slice(lo, hi) for lo, hi in zip(*box))
-    view[...] = G[sl]
-    return buf
-
-
-def expected_bytes(G, box, order):
-    sl = tuple(slice(lo, hi) for lo, hi in zip(*box))
-    sub = G[sl]
-    if order == "F":
-        sub = np.transpose(sub, tuple(reversed(range(sub.ndim - 1))) + (sub.ndim - 1,))
-    return np.ascontiguousarray(sub).reshape(-1)
-
-
-def random_boxes(gshape, p, rng, allow_empty=True):
-    boxes = [(tuple(0 for _ in gshape), tuple(gshape))]
-    while len(boxes) < p:
-        i = int(rng.integers(len(boxes)))
-        lo, hi = boxes[i]
-        ax = int(rng.integers(len(gshape)))
-        a, b = lo[ax], hi[ax]
-        if not allow_empty and b - a < 2:
-            continue
-        cut = int(rng.integers(a, b + 1)) if allow_empty else int(rng.integers(a + 1, b))
-        hi1 = list(hi)
-        hi1[ax] = cut
-        lo2 = list(lo)
-        lo2[ax] = cut
-        boxes[i] = (lo, tuple(hi1))
-        boxes.append((tuple(lo2), hi))
-    rng.shuffle(boxes)
-    return [tuple(map(tuple, b)) for b in boxes]
 
 
 def run_case(
@@ -138,11 +84,6 @@ def run_case(
             f"rank {r}: result differs (transport={transport}, itemsize={itemsize})"
         )
     return lls
-
-
-def slab_boxes(gshape, p, axis):
-    s = Slab(axis)
-    return [s.box(r, gshape, nranks=p).as_tuple() for r in range(p)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""MPI worker for tests/test_host_backend.py: many host-backend cases in one mpiexec run.
+"""MPI worker for tests/mpi/test_host_backend.py: many host-backend cases in one mpiexec run.
 
     mpiexec -n P python host_backend_worker.py [--quick]
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import os
 import sys
 import time
 import traceback
@@ -22,6 +23,9 @@ import tracemalloc
 
 import numpy as np
 from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from helpers import random_boxes, same_bits, sl  # noqa: E402
 from redist import BlockNonCyclic, ProcessGrid, Slab
 from redist._operands import wrap
 from redist.engine import geometry as geo
@@ -121,30 +125,7 @@ def elem_strides(a: np.ndarray) -> tuple[int, ...]:
     return tuple(s // a.itemsize for s in a.strides)
 
 
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    if a.shape != b.shape:
-        return False
-    return np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8))
-
-
 # -- decompositions -----------------------------------------------------------------------
-
-
-def random_boxes(gshape, nranks: int, rng: np.random.Generator):
-    """An exact cover of ``gshape`` by ``nranks`` boxes (uneven, some possibly empty), seeded."""
-    boxes = [((0,) * len(gshape), tuple(gshape))]
-    while len(boxes) < nranks:
-        i = int(rng.integers(len(boxes)))
-        lo, hi = boxes[i]
-        ax = int(rng.integers(len(gshape)))
-        cut = int(rng.integers(lo[ax], hi[ax] + 1))  # may give an empty piece
-        a_hi = list(hi)
-        a_hi[ax] = cut
-        b_lo = list(lo)
-        b_lo[ax] = cut
-        boxes[i : i + 1] = [(lo, tuple(a_hi)), (tuple(b_lo), hi)]
-    order = rng.permutation(nranks)
-    return [boxes[j] for j in order]
 
 
 def dist_boxes(dist, gshape):
@@ -207,10 +188,6 @@ def make_cases():
 def global_array(gshape, dtype, salt):
     idx = np.arange(math.prod(gshape), dtype=np.int64).reshape(gshape)
     return values(idx, dtype, salt)
-
-
-def sl(box):
-    return tuple(slice(l, h) for l, h in zip(*box))
 
 
 def run_case(ci, name, gshape, in_boxes, out_boxes, dtype, lay_seed, out_order, methods, fails):

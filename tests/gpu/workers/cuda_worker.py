@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""GPU worker for tests/test_cuda.py: ``mpiexec -n P python cuda_worker.py MODE [options]``.
+"""GPU worker for tests/gpu/test_cuda.py: ``mpiexec -n P python cuda_worker.py MODE [options]``.
 
 Modes: ``engine`` (redist.engine.cuda at the plan level: layouts, dimensions, item sizes,
 transports, alignment, eager vs graph), ``replay`` (1000 launches with a rebind of input and
@@ -19,8 +19,19 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from helpers import expected_bytes, global_bytes, operand_bytes, pencil_boxes, random_boxes, slab_boxes  # noqa: E402
+
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
+
+
+def slab(gshape, axis):
+    return slab_boxes(gshape, P, axis)
+
+
+def pencils(gshape, a, b):
+    return pencil_boxes(gshape, P, a, b)
 
 
 def log(*a):
@@ -39,74 +50,6 @@ def local_device() -> int:
 # ------------------------------------------------------------------------------------------------
 # global patterns and boxes (identical on every rank)
 # ------------------------------------------------------------------------------------------------
-
-
-def global_bytes(gshape, itemsize, seed=0):
-    n = math.prod(gshape)
-    lin = np.arange(n, dtype=np.uint64).reshape(gshape)
-    b = np.arange(itemsize, dtype=np.uint64)
-    return (
-        (lin[..., None] * np.uint64(2654435761) + b * np.uint64(97) + np.uint64(seed)) % np.uint64(251)
-    ).astype(np.uint8)
-
-
-def operand_bytes(G, box, strides, itemsize):
-    from redist.engine import geometry as geo
-
-    shape = geo.box_shape(box)
-    if math.prod(shape) == 0:
-        return np.zeros(0, np.uint8)
-    span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
-    buf = np.zeros(span * itemsize, np.uint8)
-    view = np.lib.stride_tricks.as_strided(
-        buf, shape=shape + (itemsize,), strides=tuple(s * itemsize for s in strides) + (1,)
-    )
-    view[...] = G[tuple(slice(lo, hi) for lo, hi in zip(*box))]
-    return buf
-
-
-def expected_bytes(G, box, order):
-    sub = G[tuple(slice(lo, hi) for lo, hi in zip(*box))]
-    if order == "F":
-        sub = np.transpose(sub, tuple(reversed(range(sub.ndim - 1))) + (sub.ndim - 1,))
-    return np.ascontiguousarray(sub).reshape(-1)
-
-
-def random_boxes(gshape, p, rng):
-    boxes = [(tuple(0 for _ in gshape), tuple(gshape))]
-    while len(boxes) < p:
-        i = int(rng.integers(len(boxes)))
-        lo, hi = boxes[i]
-        ax = int(rng.integers(len(gshape)))
-        cut = int(rng.integers(lo[ax], hi[ax] + 1))
-        h1, l2 = list(hi), list(lo)
-        h1[ax] = l2[ax] = cut
-        boxes[i] = (lo, tuple(h1))
-        boxes.append((tuple(l2), hi))
-    rng.shuffle(boxes)
-    return [tuple(map(tuple, b)) for b in boxes]
-
-
-def slab(gshape, axis):
-    from redist import Slab
-
-    return [Slab(axis).box(r, gshape, nranks=P).as_tuple() for r in range(P)]
-
-
-def pencils(gshape, a, b):
-    """P boxes splitting axes a and b over a near-square grid."""
-    pa = max(d for d in range(1, P + 1) if P % d == 0 and d * d <= P)
-    pb = P // pa
-    out = []
-    for r in range(P):
-        i, j = divmod(r, pb)
-        lo, hi = [0] * len(gshape), list(gshape)
-        for ax, k, n in ((a, i, pa), (b, j, pb)):
-            e = gshape[ax]
-            lo[ax] = k * (e // n) + min(k, e % n)
-            hi[ax] = lo[ax] + e // n + (k < e % n)
-        out.append((tuple(lo), tuple(hi)))
-    return out
 
 
 def engine_lower(rt):

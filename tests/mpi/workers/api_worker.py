@@ -8,12 +8,17 @@ Every rank records failures; they are gathered before deciding, and rank 0 print
 from __future__ import annotations
 
 import itertools
-import math
+import os
 import re
 import sys
 import traceback
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import helpers  # noqa: E402
+from helpers import global_values as global_array  # noqa: E402
+from helpers import same_bits as same_bytes  # noqa: E402
 
 import redist
 from redist import BlockNonCyclic, Box, ProcessGrid, Redistribute, Slab
@@ -27,23 +32,6 @@ failures: list[str] = []
 def check(cond, what):
     if not cond:
         failures.append(f"rank {rank}: {what}")
-
-
-def global_array(shape, dtype):
-    """Element value = global linear index, made distinct in every byte layout."""
-    dtype = np.dtype(dtype)
-    n = math.prod(shape)
-    lin = np.arange(n, dtype=np.int64)
-    if dtype.fields is not None:
-        out = np.empty(n, dtype=dtype)
-        for i, name in enumerate(dtype.names):
-            out[name] = (lin * (i + 3)).astype(dtype.fields[name][0])
-        return out.reshape(shape)
-    if dtype.kind == "c":
-        return (lin + 1j * (-lin - 0.5)).astype(dtype).reshape(shape)
-    if dtype.kind == "f":
-        return (lin % 2039 + lin / 7.0).astype(dtype).reshape(shape)
-    return (lin % np.iinfo(dtype).max).astype(dtype).reshape(shape)
 
 
 def piece(g, box, layout):
@@ -60,25 +48,8 @@ def piece(g, box, layout):
     return inner
 
 
-def same_bytes(a, b):
-    return a.shape == b.shape and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
-
-
-def random_boxes(rng, shape, nranks, empty_ok=True):
-    """Recursive random split of the global box into nranks boxes (some may be empty)."""
-    boxes = [(tuple(0 for _ in shape), tuple(shape))]
-    while len(boxes) < nranks:
-        i = int(rng.integers(len(boxes)))
-        lo, hi = boxes[i]
-        ax = int(rng.integers(len(shape)))
-        if hi[ax] - lo[ax] < 2 and not empty_ok:
-            continue
-        cut = int(rng.integers(lo[ax], hi[ax] + 1)) if empty_ok else int(rng.integers(lo[ax] + 1, hi[ax]))
-        a = (lo, tuple(cut if k == ax else h for k, h in enumerate(hi)))
-        b = (tuple(cut if k == ax else l for k, l in enumerate(lo)), hi)
-        boxes[i:i + 1] = [a, b]
-    perm = rng.permutation(nranks)
-    return [Box(*boxes[p]) for p in perm]
+def random_boxes(rng, shape, nranks):
+    return [Box(*b) for b in helpers.random_boxes(shape, nranks, rng)]
 
 
 def run_case(shape, dtype, din, dout, layout, label):

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The public API end to end on the MPI host backend, on 1-4 ranks (tests/workers/api_worker.py)."""
+"""The public API end to end on the MPI host backend, on 1-4 ranks (tests/mpi/workers/api_worker.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,203 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Helpers shared by every test module and every MPI worker (one place, no copies).
+
+Global arrays carry their element's global linear index, so a misplaced element shows;
+decompositions are seeded; MPI workers record failures, reduce them across ranks before
+deciding (no rank waits on another that failed) and print ``ALL OK`` on rank 0.
+
+Workers run as scripts under ``mpiexec``; they put ``tests/`` on ``sys.path`` and import it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+TESTS = Path(__file__).resolve().parent
+
+
+def gpu_count() -> int:
+    """CUDA devices visible to this process (0 without a driver or cuda-bindings)."""
+    try:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return 0
+        err, n = driver.cuDeviceGetCount()
+        return n if err == driver.CUresult.CUDA_SUCCESS else 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+# --- boxes ---------------------------------------------------------------------------------
+
+
+def sl(box) -> tuple[slice, ...]:
+    """The slices of a ``(lower, upper)`` box (or a redist.Box)."""
+    lo, hi = box
+    return tuple(slice(a, b) for a, b in zip(lo, hi))
+
+
+def slab_boxes(gshape, nranks: int, axis: int) -> list:
+    from redist import Slab
+
+    return [Slab(axis).box(r, gshape, nranks=nranks).as_tuple() for r in range(nranks)]
+
+
+def dist_boxes(dist, gshape, nranks: int) -> list:
+    return [dist.box(r, gshape, nranks=nranks).as_tuple() for r in range(nranks)]
+
+
+def pencil_boxes(gshape, nranks: int, a: int, b: int) -> list:
+    """``nranks`` boxes splitting axes a and b over a near-square grid."""
+    pa = max(d for d in range(1, nranks + 1) if nranks % d == 0 and d * d <= nranks)
+    pb = nranks // pa
+    out = []
+    for r in range(nranks):
+        i, j = divmod(r, pb)
+        lo, hi = [0] * len(gshape), list(gshape)
+        for ax, k, n in ((a, i, pa), (b, j, pb)):
+            e = gshape[ax]
+            lo[ax] = k * (e // n) + min(k, e % n)
+            hi[ax] = lo[ax] + e // n + (k < e % n)
+        out.append((tuple(lo), tuple(hi)))
+    return out
+
+
+def random_boxes(gshape, nranks: int, rng: np.random.Generator, allow_empty: bool = True) -> list:
+    """A seeded exact cover of ``gshape`` by ``nranks`` boxes (uneven, maybe empty), shuffled."""
+    boxes = [(tuple(0 for _ in gshape), tuple(gshape))]
+    while len(boxes) < nranks:
+        i = int(rng.integers(len(boxes)))
+        lo, hi = boxes[i]
+        ax = int(rng.integers(len(gshape)))
+        if not allow_empty and hi[ax] - lo[ax] < 2:
+            continue
+        cut = int(rng.integers(lo[ax], hi[ax] + 1)) if allow_empty else int(rng.integers(lo[ax] + 1, hi[ax]))
+        a_hi, b_lo = list(hi), list(lo)
+        a_hi[ax] = b_lo[ax] = cut
+        boxes[i : i + 1] = [(lo, tuple(a_hi)), (tuple(b_lo), hi)]
+    order = rng.permutation(nranks)
+    return [boxes[j] for j in order]
+
+
+# --- global arrays -------------------------------------------------------------------------
+
+
+def global_values(shape, dtype, salt: int = 0) -> np.ndarray:
+    """Element value = global linear index (+ salt), made distinct in every byte layout."""
+    dtype = np.dtype(dtype)
+    lin = np.arange(math.prod(shape), dtype=np.int64) + salt
+    if dtype.fields is not None:
+        out = np.empty(lin.size, dtype=dtype)
+        for i, name in enumerate(dtype.names):
+            out[name] = (lin * (i + 3)).astype(dtype.fields[name][0])
+        return out.reshape(shape)
+    if dtype.kind == "c":
+        return (lin + 1j * (-lin - 0.5)).astype(dtype).reshape(shape)
+    if dtype.kind == "f":
+        return (lin % 2039 + lin / 7.0).astype(dtype).reshape(shape)
+    if dtype.kind == "M":
+        return lin.astype(dtype).reshape(shape)
+    return (lin % np.iinfo(dtype).max).astype(dtype).reshape(shape)
+
+
+def global_bytes(gshape, itemsize: int, seed: int = 0) -> np.ndarray:
+    """uint8 array ``gshape + (itemsize,)``: a distinct byte pattern per element."""
+    lin = np.arange(math.prod(gshape), dtype=np.uint64).reshape(gshape)
+    b = np.arange(itemsize, dtype=np.uint64)
+    return ((lin[..., None] * np.uint64(2654435761) + b * np.uint64(97) + np.uint64(seed)) % np.uint64(251)).astype(
+        np.uint8)
+
+
+def operand_bytes(G: np.ndarray, box, strides, itemsize: int) -> np.ndarray:
+    """A rank's operand as raw bytes with element ``strides`` (positive, possibly padded)."""
+    shape = tuple(h - l for l, h in zip(*box))
+    if math.prod(shape) == 0:
+        return np.zeros(0, np.uint8)
+    span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+    buf = np.zeros(span * itemsize, np.uint8)
+    view = np.lib.stride_tricks.as_strided(buf, shape=shape + (itemsize,),
+                                           strides=tuple(s * itemsize for s in strides) + (1,))
+    view[...] = G[sl(box)]
+    return buf
+
+
+def expected_bytes(G: np.ndarray, box, order: str) -> np.ndarray:
+    """The bytes of ``box`` of the global byte array, dense in ``order``."""
+    sub = G[sl(box)]
+    if order == "F":
+        sub = np.transpose(sub, tuple(reversed(range(sub.ndim - 1))) + (sub.ndim - 1,))
+    return np.ascontiguousarray(sub).reshape(-1)
+
+
+def same_bits(a, b) -> bool:
+    """Equal shapes and equal bytes (NaN payloads and padding bytes included)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+# --- MPI workers ---------------------------------------------------------------------------
+
+
+class Report:
+    """Failures of one MPI worker; :meth:`finish` reduces them across ranks and prints ALL OK."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.items: list[str] = []
+
+    def check(self, cond, what: str) -> bool:
+        if not cond:
+            self.fail(what)
+        return bool(cond)
+
+    def fail(self, what: str) -> None:
+        self.items.append(f"rank {self.rank}: {what}")
+        print(f"[rank {self.rank}] FAIL {what}", flush=True)
+
+    def exception(self, where: str) -> None:
+        self.fail(f"{where}: {traceback.format_exc()}")
+
+    def ok_everywhere(self) -> bool:
+        """Collective: no rank has failed so far."""
+        return self.comm.allreduce(len(self.items)) == 0
+
+    def expect_error(self, fn, cls, pattern: str, label: str) -> None:
+        """``fn`` raises ``cls`` (by name or subclass) matching ``pattern``, the same on every rank."""
+        got = None
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            got = (type(e).__name__, str(e), isinstance(e, cls))
+        every = self.comm.allgather(got)
+        if got is None:
+            self.fail(f"{label}: no exception")
+            return
+        if not got[2]:
+            self.fail(f"{label}: {got[0]} is not {cls.__name__}: {got[1]}")
+        if not re.search(pattern, got[1]):
+            self.fail(f"{label}: message {got[1]!r} does not match {pattern!r}")
+        if any(e is None or e[:2] != got[:2] for e in every):
+            self.fail(f"{label}: ranks raised different errors: {every}")
+
+    def finish(self) -> int:
+        """Collective: print every failure (rank 0) and ALL OK when there are none; exit code."""
+        every = self.comm.allgather(self.items)
+        flat = [f for fs in every for f in fs]
+        if self.rank == 0:
+            if flat:
+                print(f"{len(flat)} FAILURE(S):")
+                for f in flat[:40]:
+                    print("  " + f[:3000])
+            else:
+                print("ALL OK", flush=True)
+        return 1 if flat else 0
