@@ -221,7 +221,7 @@ def _comm_rank(rank_p, nranks_p):
 
 
 _TRANSPORTS = ("auto", "push", "put")
-_HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw")
+_HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw", "push")
 _OPTIONS_VERSION = 1
 
 
@@ -246,7 +246,7 @@ def _options(ptr, order: int) -> dict:
     if not 0 <= ptr.transport < len(_TRANSPORTS):
         raise ValueError(f"options->transport must be a redist_transport_t (0..2), got {ptr.transport}")
     if not 0 <= ptr.host_method < len(_HOST_METHODS):
-        raise ValueError(f"options->host_method must be a redist_host_method_t (0..4), got {ptr.host_method}")
+        raise ValueError(f"options->host_method must be a redist_host_method_t (0..5), got {ptr.host_method}")
     if ptr.blocking not in (0, 1):
         raise ValueError(f"options->blocking must be 0 or 1, got {ptr.blocking}")
     if ptr.reserved != 0:

@@ -61,11 +61,12 @@ module redist
   integer(c_int32_t), parameter, public :: REDIST_TRANSPORT_PUSH = 1        !< peers' results written directly
   integer(c_int32_t), parameter, public :: REDIST_TRANSPORT_PUT = 2         !< pack, NVSHMEM put, unpack
   ! redist_host_method_t
-  integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_AUTO = 0      !< = hybrid
+  integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_AUTO = 0      !< push on one node, else hybrid
   integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_HYBRID = 1    !< datatype or pack per message
   integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_DATATYPE = 2  !< MPI derived datatypes
   integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_PACK = 3      !< pack / unpack via staging
   integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_ALLTOALLW = 4 !< persistent MPI-4 Alltoallw
+  integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_PUSH = 5      !< one node: shared-memory stores
   integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 1       !< version of redist_options_t
 
   !> Options of redist_create_ex (C: redist_options_t). Set them up with redist_options_init_f,

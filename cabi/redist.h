@@ -77,11 +77,12 @@ typedef enum {
 
 /** How the MPI host backend moves strided regions (host memory only). */
 typedef enum {
-    REDIST_HOST_METHOD_AUTO = 0,     /**< = HYBRID */
+    REDIST_HOST_METHOD_AUTO = 0,     /**< PUSH on one node, else HYBRID */
     REDIST_HOST_METHOD_HYBRID = 1,   /**< per message: MPI datatype or pack, whichever measured faster */
     REDIST_HOST_METHOD_DATATYPE = 2, /**< MPI derived datatypes, no staging */
     REDIST_HOST_METHOD_PACK = 3,     /**< pack / unpack through engine-owned staging */
-    REDIST_HOST_METHOD_ALLTOALLW = 4 /**< one persistent MPI-4 Alltoallw_init */
+    REDIST_HOST_METHOD_ALLTOALLW = 4, /**< one persistent MPI-4 Alltoallw_init */
+    REDIST_HOST_METHOD_PUSH = 5       /**< one node: peers store into each other's results (shared memory) */
 } redist_host_method_t;
 
 /** The version of ::redist_options_t this header describes. */

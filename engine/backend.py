@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -41,7 +43,7 @@ __all__ = [
 ]
 
 TRANSPORTS = ("auto", "push", "put")
-HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw")
+HOST_METHODS = ("auto", "push", "hybrid", "datatype", "pack", "alltoallw")
 SIGNALS = ("barrier",)
 
 #: backend name -> module whose ``lower(plan, ctx, options)`` makes its Executable
@@ -60,6 +62,8 @@ class Context:
     comm: object
     cuda: object | None = None
     _tags: int = field(default=0, repr=False)
+    _retired: dict = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def rank(self) -> int:
@@ -73,6 +77,39 @@ class Context:
         """A tag base for a new executable: the same on every rank (lowering is collective)."""
         self._tags += 1
         return self._tags
+
+    def retire_later(self, holder, serial: int, window) -> None:
+        """Free ``window`` (collective) once ``holder`` is garbage-collected on every rank.
+
+        ``holder`` is what keeps the window's memory in use (an executable's result base array,
+        which the user's result views keep alive). Called from a finalizer: local, no MPI.
+        """
+        weakref.finalize(holder, self._retire, serial, window)
+
+    def _retire(self, serial: int, window) -> None:
+        with self._lock:
+            self._retired[serial] = window
+
+    def reap(self) -> None:
+        """Collective: free what every rank has retired, in serial order."""
+        from . import collective
+
+        with self._lock:
+            mine = sorted(self._retired)
+        every = collective.agree(self.comm, None, mine)
+        common = sorted(set(every[0]).intersection(*every[1:]))
+        for serial in common:
+            with self._lock:
+                window = self._retired.pop(serial)
+            window.Unlock_all()
+            window.Free()
+
+    def close(self) -> None:
+        """Collective (redist.finalize): free every retired window, then the communicator."""
+        import gc
+
+        gc.collect()  # results nobody holds any more release their windows now
+        self.reap()
 
 
 @dataclass(frozen=True)
@@ -180,4 +217,5 @@ def select_backend(memory: str, execution: str, cuda_available: bool) -> str:
 def lower(plan: Plan, ctx: Context, options: LowerOptions) -> Executable:
     """Collective: lower ``plan`` on ``ctx`` with the backend ``options.backend``."""
     module = importlib.import_module(BACKENDS[options.backend])
+    ctx.reap()  # a collective point: memory of objects every rank has dropped goes now
     return module.lower(plan, ctx, options)

@@ -31,7 +31,8 @@ class RawArray:
     ``readonly`` marks memory redist must never write (an ``out=`` is refused).
     """
 
-    __slots__ = ("ptr", "shape", "strides", "itemsize", "memory", "device_id", "owner", "dtype", "readonly")
+    __slots__ = ("ptr", "shape", "strides", "itemsize", "memory", "device_id", "owner", "dtype", "readonly",
+                 "__weakref__")
 
     def __init__(self, ptr: int, shape, strides=None, itemsize: int = 1, *, memory: str = "cpu",
                  device_id: int | None = None, owner=None, order: str = "C", dtype=None, readonly: bool = False):

@@ -41,11 +41,14 @@ class RedistributeOptions:
         through NVLink/P2P pointers; "put": pack into symmetric staging, NVSHMEM put, unpack
         (works between nodes). "auto" picks push for every peer that is reachable, put
         otherwise.
-    host_method : "auto", "hybrid", "datatype", "pack" or "alltoallw"
-        MPI host backend only: how strided regions move. "auto" (= "hybrid"): per message an
-        MPI derived datatype or a numpy pack through staging, whichever measured faster;
-        "datatype": always MPI datatypes; "pack": always numpy pack/unpack; "alltoallw": one
+    host_method : "auto", "push", "hybrid", "datatype", "pack" or "alltoallw"
+        MPI host backend only: how data moves. "push": every rank's result lives in one MPI
+        shared-memory window and peers store into it directly (one copy, no MPI datatype; every
+        rank must be on one node). The others send MPI messages: "hybrid" per message an MPI
+        derived datatype or a numpy pack through staging, whichever measured faster;
+        "datatype" always MPI datatypes; "pack" always numpy pack/unpack; "alltoallw" one
         persistent MPI-4 ``Alltoallw_init`` (NotSupportedError where the MPI library lacks it).
+        "auto" (default): "push" on one node (more than one rank), else "hybrid".
     """
 
     logger: logging.Logger | None = None
@@ -53,7 +56,7 @@ class RedistributeOptions:
     execution: Literal["auto", "cpu", "cuda"] = "auto"
     transport: Literal["auto", "push", "put"] = "auto"
     result_layout: Literal["auto", "C", "F"] = "auto"
-    host_method: Literal["auto", "hybrid", "datatype", "pack", "alltoallw"] = "auto"
+    host_method: Literal["auto", "push", "hybrid", "datatype", "pack", "alltoallw"] = "auto"
 
     def __post_init__(self):
         if self.blocking is not True and self.blocking != "auto":

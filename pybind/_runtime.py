@@ -138,12 +138,14 @@ def finalize() -> None:
             if obj is not None:
                 obj.free()
         ctx, _ctx = _ctx, None
+        from mpi4py import MPI
+
+        if not MPI.Is_finalized():
+            ctx.engine.close()  # shared windows of dropped objects (collective)
         if ctx.cuda is not None:
             from .engine.cuda import runtime as cuda_runtime
 
             cuda_runtime.stop()
-        from mpi4py import MPI
-
         if not MPI.Is_finalized():
             ctx.engine.comm.Free()
 

@@ -61,8 +61,9 @@ from ..strided import HostBuffer
 from ._datatypes import copy_views, empty_bytes, region_datatype
 from .messages import Message, Side, align
 
-__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable"]
+__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "out_problem"]
 
+#: the message methods (engine/host/push.py adds "push": stores into a shared window)
 METHODS = ("hybrid", "datatype", "pack", "alltoallw")
 AUTO_METHOD = "hybrid"
 _METHOD_TEXT = {
@@ -76,6 +77,23 @@ _METHOD_TEXT = {
 CACHE_SIZE = 4
 #: up to this many ranks, execute agrees through message tags (zero-byte messages fill the gaps)
 COMPLETE_MAX = 16
+
+
+def out_problem(plan: Plan, buf: Buffer) -> str | None:
+    """Why ``buf`` cannot be a host ``out=`` of ``plan`` (any strides that do not self-overlap)."""
+    if buf.memory != "cpu":
+        return f"out= must be in host memory like the operand, got memory {buf.memory!r}"
+    if buf.itemsize != plan.itemsize:
+        return f"out= has {buf.itemsize}-byte elements, expected {plan.itemsize}"
+    if buf.shape != plan.out_shape:
+        return f"out= has shape {buf.shape}, expected {plan.out_shape} (the output box {plan.out_box})"
+    if buf.readonly:
+        return "out= is read-only"
+    if self_overlapping(buf.shape, buf.strides):
+        return f"out= has strides {buf.strides} (elements) that make elements overlap in memory"
+    if buf.size and not buf.ptr:
+        return "out= has a NULL address"
+    return None
 
 
 class HostExecutable:
@@ -97,6 +115,8 @@ class HostExecutable:
         self._ok_tag = 2 * (tag % span)
         self._err_tag = self._ok_tag + 1
         self._complete = method != "alltoallw" and 1 < plan.nranks <= COMPLETE_MAX
+        self._single = plan.nranks == 1
+        self._p2p = method != "alltoallw" and not self._single  # execute's usual path
         self._sends = [Message(t, True, method, isz) for t in plan.sends]
         self._send_stage_bytes = 0
         self._staged_send_reqs: list = [None] * len(self._sends)
@@ -168,22 +188,11 @@ class HostExecutable:
             self._ready = False
 
     def out_problem(self, buf: Buffer) -> str | None:
-        p = self.plan
-        if buf.memory != "cpu":
-            return f"out= must be in host memory like the operand, got memory {buf.memory!r}"
-        if buf.itemsize != p.itemsize:
-            return f"out= has {buf.itemsize}-byte elements, expected {p.itemsize}"
-        if buf.shape != p.out_shape:
-            return f"out= has shape {buf.shape}, expected {p.out_shape} (the output box {p.out_box})"
-        if buf.readonly:
-            return "out= is read-only"
-        if self_overlapping(buf.shape, buf.strides):
-            return f"out= has strides {buf.strides} (elements) that make elements overlap in memory"
-        if buf.size and not buf.ptr:
-            return "out= has a NULL address"
-        if self.method == "alltoallw" and any(s <= 0 for n, s in zip(buf.shape, buf.strides) if n > 1):
+        problem = out_problem(self.plan, buf)
+        if problem is None and self.method == "alltoallw" and any(
+                s <= 0 for n, s in zip(buf.shape, buf.strides) if n > 1):
             return f"out= has strides {buf.strides}; host method 'alltoallw' needs positive strides"
-        return None
+        return problem
 
     def out_signature(self, buf: Buffer | None) -> int | None:
         return None  # host outputs are private to each rank: nothing to agree on
@@ -375,20 +384,19 @@ class HostExecutable:
                 self._prepare()
             except Exception as e:  # noqa: BLE001 -- becomes this rank's problem, agreed below
                 problem = collective.problem(e)
-        MPI = self._MPI
         try:
-            if self.method == "alltoallw":
+            if problem is None and self._p2p:
+                self._exchange()
+            elif self.method == "alltoallw":
                 self._execute_alltoallw(problem)
-            elif self.plan.nranks == 1:
+            elif self._single:
                 if problem is not None:
                     raise collective.exception(problem, self.plan.rank)
                 if self._local is not None:
                     np.copyto(self._local[0], self._local[1], casting="no")
-            elif problem is not None:
-                self._fail(problem)
             else:
-                self._exchange()
-        except MPI.Exception as e:
+                self._fail(problem)
+        except self._MPI.Exception as e:
             raise CommunicationError(f"redist host backend ({self.method}): MPI error in execute: {e}") from e
         if release_workspace:
             self.release_workspace()

@@ -10,6 +10,7 @@ from .. import collective
 from ..errors import InvalidValueError, NotSupportedError
 from ..plan import Plan
 from .executable import AUTO_METHOD, METHODS, HostExecutable
+from .push import PushExecutable, push_problem
 
 __all__ = ["available_methods", "lower"]
 
@@ -37,50 +38,60 @@ def available_methods() -> tuple[str, ...]:
     return _AVAILABLE
 
 
-def lower(plan: Plan, ctx, options) -> HostExecutable:
+def lower(plan: Plan, ctx, options):
     """Collective over ``ctx.comm``: lower ``plan`` for MPI with ``options.host_method``.
 
-    Every rank must pass the same method; a bad method or a plan for another rank raises
-    InvalidValueError on every rank, and a method this MPI lacks NotSupportedError.
+    "auto": "push" (stores into a shared window) when every rank is on one node and there is
+    more than one, else "hybrid" (messages). Every rank must pass the same method; a bad method
+    or a plan for another rank raises InvalidValueError on every rank, a method this MPI or this
+    job cannot serve NotSupportedError.
     """
     MPI = _mpi()
     t0 = time.perf_counter()
     comm = ctx.comm
     method = options.host_method
-    chosen = AUTO_METHOD if method == "auto" else method
+    why_not_push = push_problem(comm, plan)  # collective, decided from every rank's data
+    if method == "auto":
+        chosen = "push" if why_not_push is None and plan.nranks > 1 else AUTO_METHOD
+    else:
+        chosen = method
     tag = ctx.next_tag()
     exe = None
     with collective.attempt(comm) as step:
-        if chosen not in METHODS:
-            raise InvalidValueError(f"host_method must be 'auto' or one of {METHODS}, got {method!r}")
+        if chosen not in METHODS + ("push",):
+            raise InvalidValueError(f"host_method must be 'auto', 'push' or one of {METHODS}, got {method!r}")
         if comm.Get_size() != plan.nranks or comm.Get_rank() != plan.rank:
             raise InvalidValueError(
                 f"plan is for rank {plan.rank} of {plan.nranks} but the communicator gives rank "
                 f"{comm.Get_rank()} of {comm.Get_size()}"
             )
         step.payload = chosen
-        if chosen not in available_methods():  # the same library on every rank: raised everywhere
+        if chosen == "push" and why_not_push is not None:
+            raise NotSupportedError(why_not_push)
+        if chosen not in available_methods() + ("push",):  # the same library on every rank
             raise NotSupportedError(
                 f"host method {chosen!r} needs MPI-4 persistent collectives (MPI_Alltoallw_init), which this "
                 f"MPI library ({MPI.Get_library_version().splitlines()[0].strip()}) lacks; use one of "
                 f"{available_methods()}"
             )
-        exe = HostExecutable(plan, comm, chosen, tag, options.logger)
-        if chosen == "alltoallw" and any(m.mode == "staged" for m in exe._sends):
-            raise NotSupportedError(
-                f"host method 'alltoallw' moves regions as MPI datatypes, which need positive strides; rank "
-                f"{plan.rank}'s operand has strides {plan.in_strides} (use host_method='auto')"
-            )
+        if chosen != "push":
+            exe = HostExecutable(plan, comm, chosen, tag, options.logger)
+            if chosen == "alltoallw" and any(m.mode == "staged" for m in exe._sends):
+                raise NotSupportedError(
+                    f"host method 'alltoallw' moves regions as MPI datatypes, which need positive strides; rank "
+                    f"{plan.rank}'s operand has strides {plan.in_strides} (use host_method='auto')"
+                )
     if len(set(step.gathered)) > 1:
         raise InvalidValueError(f"ranks disagree on the host method: {step.gathered}")
+    if chosen == "push":
+        exe = PushExecutable(plan, ctx, tag, options.logger)  # collective: the shared window
     logger = options.logger
     if logger is not None and logger.isEnabledFor(logging.INFO):
-        nstaged = sum(m.mode == "staged" for m in exe._sends)
         logger.info(
             "redist host: rank %d/%d lowered plan %s with method=%s in %.3f ms; send bytes per peer %s; "
-            "recv bytes per peer %s; local %d B; %d of %d send(s) staged",
+            "recv bytes per peer %s; local %d B",
             plan.rank, plan.nranks, plan.key, chosen, (time.perf_counter() - t0) * 1e3, plan.send_bytes,
-            plan.recv_bytes, plan.local.nbytes if plan.local is not None else 0, nstaged, len(exe._sends),
+            plan.recv_bytes, plan.local.nbytes if plan.local is not None else 0,
         )
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s", exe.describe())

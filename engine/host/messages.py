@@ -23,15 +23,16 @@ def align(n: int) -> int:
     return -(-n // STAGING_ALIGN) * STAGING_ALIGN
 
 
-# "hybrid" sends a strided region as an MPI datatype only where that measured faster than numpy
-# pack + contiguous send (perf/RESULTS.md, MPICH 5.0 shared memory, 2 ranks): big messages made of
-# few long runs. MPICH's datatype engine pays per run on the sending side (a send of 8 MiB in 4 KiB
-# runs is 1.7x slower than pack + send, in 64 KiB runs 1.4x faster); receiving into runs of 1 KiB
-# or more beats unpacking; below ~64 KiB the datatype set-up costs more than the copy it saves.
-HYBRID_MIN_BYTES = 64 << 10
-HYBRID_SEND_MIN_RUN_BYTES = 4 << 10
+# "hybrid" moves a strided region as an MPI datatype where that measured faster than numpy pack +
+# contiguous send in a whole exchange (perf/RESULTS.md "hybrid thresholds", MPICH 5.0 shared memory,
+# 2 ranks): runs of 512 B or more, on either side, from 4 KiB messages up (a user-level pack sits on
+# the critical path of both ranks: 32 KiB in 16 runs of 2 KiB costs 18.5 us packed, 13 us as a
+# datatype). MPICH's datatype engine pays per run on the sending side, so short runs (64 B: 4x
+# slower) and very many runs (8 MiB in 4 KiB runs: 1.7x slower) stay packed.
+HYBRID_MIN_BYTES = 4 << 10
+HYBRID_SEND_MIN_RUN_BYTES = 512
 HYBRID_SEND_MAX_RUNS = 512
-HYBRID_RECV_MIN_RUN_BYTES = 1 << 10
+HYBRID_RECV_MIN_RUN_BYTES = 512
 
 
 def datatype_pays(send: bool, nbytes: int, runs: int, run_bytes: int) -> bool:

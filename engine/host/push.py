@@ -1,0 +1,305 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Host push: on one node, each rank stores its part straight into its peers' results.
+
+The engine-owned result of every rank lives in one MPI shared-memory window
+(``MPI_Win_allocate_shared``), so a sender copies (numpy, one pass, no MPI datatype, no staging)
+from its operand into the destination's result, like the GPU push kernel does over NVLink. One
+copy per element instead of MPI's two for strided regions, and no rendezvous.
+
+One execute, on every rank:
+
+1. start the *status* messages: a zero-byte message to every other rank (tag: well or failed)
+   and receives from every other rank (``ANY_TAG``); copy the local part into the own result;
+2. wait for every status: now every rank is in this execute (so it is done reading its previous
+   result: the status is also the credit) and every rank knows whether any rank failed. If one
+   did, every rank raises the same error and nobody has written into another rank's memory;
+3. store into each destination's result, ``Win_sync``, send it a zero-byte *arrival*;
+4. wait for the arrivals of every source, ``Win_sync``: the result is complete.
+
+Jobs of more than :data:`~.executable.COMPLETE_MAX` ranks replace the status messages by one
+small Allreduce (the same agreement, the same credit). An ``out=`` is filled by one local copy
+from the result after step 4 (peers only ever write results). Windows are collective objects:
+a window is freed at the context's next collective point once every rank has released it (its
+result array included: a result the user still holds stays valid).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+import numpy as np
+
+from .. import collective
+from .. import geometry as geo
+from ..buffer import Buffer
+from ..errors import CommunicationError, InvalidValueError, NotSupportedError
+from ..plan import Copy, Plan, simplify
+from ..strided import HostBuffer
+from ._datatypes import copy_views
+from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem
+
+__all__ = ["PushExecutable"]
+
+
+class PushExecutable:
+    """A plan on one node: peers store into each other's results (see the module docstring)."""
+
+    backend = "host"
+    method = "push"
+
+    def __init__(self, plan: Plan, ctx, tag: int, logger: logging.Logger | None):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.plan = plan
+        self.comm = ctx.comm
+        self._ctx = ctx
+        self._serial = tag
+        self._logger = logger
+        isz = self._itemsize = plan.itemsize
+        P, me = plan.nranks, plan.rank
+        span = max(1, (int(self.comm.Get_attr(MPI.TAG_UB)) + 1) // 4)
+        base_tag = 4 * (tag % span)
+        self._ok_tag, self._err_tag, self._arrival_tag = base_tag, base_tag + 1, base_tag + 2
+        nbytes = plan.out_elements * isz
+        self._win = MPI.Win.Allocate_shared(max(nbytes, 1), 1, comm=self.comm)
+        self._win.Lock_all()
+        mem, _ = self._win.Shared_query(me)
+        self._base = np.frombuffer(mem, np.uint8)
+        self._peer_ptr = {}
+        for t in plan.sends:
+            m, _ = self._win.Shared_query(t.dst)
+            self._peer_ptr[t.dst] = MPI.Get_address(m)
+        # the window lives until every rank has released it and its result (see _release)
+        ctx.retire_later(self._base, tag, self._win)
+        self.result = Buffer(self._base.ctypes.data, plan.out_shape, plan.out_strides, isz, "cpu", owner=self._base)
+        self._complete = P <= COMPLETE_MAX
+        self._check = None if self._complete else collective.CallCheck(self.comm)
+        z = self._zero = np.zeros(1, np.uint8)
+        zero = [z, 0, MPI.BYTE]
+        others = [r for r in range(P) if r != me]
+        self._status_recvs = [self.comm.Recv_init(zero, r, MPI.ANY_TAG) for r in others] if self._complete else []
+        self._status_sends = [self.comm.Send_init(zero, r, self._ok_tag) for r in others] if self._complete else []
+        self._status_first = self._status_recvs + self._status_sends
+        self._statuses = [MPI.Status() for _ in self._status_recvs]
+        self._arrival_recvs = [self.comm.Recv_init(zero, t.src, self._arrival_tag) for t in plan.recvs]
+        self._arrival_sends = [self.comm.Send_init(zero, t.dst, self._arrival_tag) for t in plan.sends]
+        self._finish = self._arrival_recvs + self._arrival_sends + self._status_sends
+        self._others = others
+        self._in_ptr = 0
+        self._in_owner = None
+        self._bound = False
+        self._copies: OrderedDict = OrderedDict()  # operand address -> (local pair, [peer pairs])
+        self._pairs = None
+        self._out = None  # (dst_view, src_view) copying the result into out=, or None
+        self._outs: OrderedDict = OrderedDict()  # (address, strides) -> that pair
+        self._freed = False
+
+    # -- binding ------------------------------------------------------------------------------
+
+    def bind_input(self, buf: Buffer) -> None:
+        if buf.itemsize != self._itemsize:
+            raise InvalidValueError(f"operand itemsize {buf.itemsize} != planned {self._itemsize}")
+        self.rebind_input(buf.ptr, buf.owner)
+
+    def rebind_input(self, ptr: int, owner: object = None) -> None:
+        self._in_owner = owner
+        if ptr != self._in_ptr or not self._bound:
+            self._in_ptr = ptr
+            self._bound = True
+            self._pairs = None
+
+    def bind_output(self, buf: Buffer | None) -> None:
+        if buf is None or buf.ptr == self.result.ptr and buf.strides == self.result.strides:
+            self._out = None
+            return
+        key = (buf.ptr, buf.strides)
+        pair = self._outs.get(key)
+        if pair is None:
+            shape, (src, dst) = simplify(self.plan.out_shape, self.result.strides, buf.strides)
+            whole = Copy(shape, 0, src, 0, dst)  # result -> out=, runs merged where both allow
+            pair = self._outs[key] = copy_views(whole, HostBuffer(self.result.ptr, self._itemsize),
+                                                HostBuffer(buf.ptr, self._itemsize))
+            while len(self._outs) > CACHE_SIZE:
+                self._outs.popitem(last=False)
+        self._out = pair if self.plan.out_elements else None
+
+    def out_problem(self, buf: Buffer) -> str | None:
+        return out_problem(self.plan, buf)
+
+    def out_signature(self, buf: Buffer | None) -> None:
+        return None
+
+    def release_input(self) -> None:
+        self._in_owner = None
+        self._in_ptr = 0
+        self._bound = False
+        self._copies.clear()
+        self._pairs = None
+
+    def _views(self):
+        """(local pair, peer pairs) for the bound operand address, cached per address."""
+        hit = self._copies.get(self._in_ptr)
+        if hit is None:
+            src = HostBuffer(self._in_ptr, self._itemsize)
+            p = self.plan
+            local = copy_views(p.local.direct, src, HostBuffer(self.result.ptr, self._itemsize)) if p.local else None
+            peers = [copy_views(t.direct, src, HostBuffer(self._peer_ptr[t.dst], self._itemsize)) for t in p.sends]
+            hit = self._copies[self._in_ptr] = (local, peers)
+            while len(self._copies) > CACHE_SIZE:
+                self._copies.popitem(last=False)
+        self._copies.move_to_end(self._in_ptr)
+        return hit
+
+    # -- the hot path -----------------------------------------------------------------------
+
+    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+                problem: collective.Problem | None = None) -> None:
+        """Collective, blocking: agree (status messages: also the credit), store, arrive."""
+        MPI, copyto = self._MPI, np.copyto
+        if problem is None:
+            if self._freed:
+                problem = ("InvalidStateError", "this host executable was freed")
+            elif not self._bound:
+                problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
+        try:
+            if problem is not None:
+                self._fail(problem)
+            pairs = self._pairs
+            if pairs is None:
+                pairs = self._pairs = self._views()
+            local, peers = pairs
+            if self._complete:
+                MPI.Prequest.Startall(self._status_first)
+                if local is not None:
+                    copyto(local[0], local[1], casting="no")
+                MPI.Request.Waitall(self._status_recvs, self._statuses)
+                ok = self._ok_tag
+                for st in self._statuses:
+                    if st.Get_tag() != ok:
+                        MPI.Request.Waitall(self._status_sends)
+                        collective.agree(self.comm, None)  # a peer failed: raise its problem here too
+            else:
+                self._check.check(None)
+                if local is not None:
+                    copyto(local[0], local[1], casting="no")
+            if self._arrival_recvs:
+                MPI.Prequest.Startall(self._arrival_recvs)
+            if peers:
+                for d, s in peers:
+                    copyto(d, s, casting="no")
+                self._win.Sync()
+                MPI.Prequest.Startall(self._arrival_sends)
+            MPI.Request.Waitall(self._finish)
+            self._win.Sync()
+            if self._out is not None:
+                copyto(self._out[0], self._out[1], casting="no")
+        except MPI.Exception as e:
+            raise CommunicationError(f"redist host backend (push): MPI error in execute: {e}") from e
+
+    def _fail(self, problem) -> None:
+        """This rank cannot take part: every peer learns it from the status messages; raise."""
+        MPI = self._MPI
+        if self._complete:
+            z = self._zero
+            reqs = [self.comm.Irecv([z, 0, MPI.BYTE], r, MPI.ANY_TAG) for r in self._others]
+            reqs += [self.comm.Isend([z, 0, MPI.BYTE], r, self._err_tag) for r in self._others]
+            MPI.Request.Waitall(reqs)
+            collective.agree(self.comm, problem)
+        else:
+            self._check.check(problem)
+
+    def graph(self, stream: int = 0) -> int:
+        raise NotSupportedError("graph() is only available for CUDA execution (this is the MPI host backend)")
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    def release_workspace(self) -> None:
+        """Nothing to release: push has no staging."""
+
+    def detach_result(self) -> None:
+        """The result (a view of the shared window) stays valid while the caller holds it."""
+
+    def free(self) -> None:
+        """Free the requests (local, idempotent); the window goes once its result is dropped too."""
+        if self._freed:
+            return
+        self._freed = True
+        if not self._MPI.Is_finalized():
+            for r in self._status_first + self._arrival_recvs + self._arrival_sends:
+                r.Free()
+            if self._check is not None:
+                self._check.free()
+        self._status_first = self._status_recvs = self._status_sends = []
+        self._arrival_recvs = self._arrival_sends = self._finish = []
+        self._copies.clear()
+        self._outs.clear()
+        self._pairs = self._out = None
+        self._in_owner = None
+        self._base = None
+        self.result = None
+
+    def __del__(self):
+        try:
+            if not getattr(self, "_freed", True):
+                self.free()
+        except Exception:  # noqa: BLE001, S110 -- never raise from a finalizer
+            pass
+
+    def describe(self) -> str:
+        p = self.plan
+        agreement = "status messages to every rank" if self._complete else "one Allreduce"
+        lines = [
+            f"redist host executable rank {p.rank}/{p.nranks} method=push (one node: peers store into each "
+            f"other's results in an MPI shared window; agreement and credit: {agreement}; arrival messages)",
+            f"  plan key={p.key} itemsize={p.itemsize} out_order={p.out_order} "
+            f"stores {sum(t.nbytes for t in p.sends)} B into {len(p.sends)} peer(s), "
+            f"receives {sum(t.nbytes for t in p.recvs)} B from {len(p.recvs)} peer(s)",
+        ]
+        if p.local is not None:
+            c = p.local.direct
+            lines.append(f"  local {p.rank}->{p.rank}: {p.local.nbytes} B, {c.runs} run(s) of {c.run_length} elem")
+        for t in p.sends:
+            c = t.direct
+            lines.append(f"  store ->{t.dst}: {t.nbytes} B, {c.runs} run(s) of {c.run_length} elem")
+        if p.local is None and not p.sends and not p.recvs:
+            lines.append("  (nothing to move)")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"<PushExecutable rank={self.plan.rank}/{self.plan.nranks}>"
+
+
+SHM_DIR = "/dev/shm"
+SHM_MARGIN = 64 << 20  # what MPI and others keep in /dev/shm beside the windows
+
+
+def push_problem(comm, plan: Plan) -> str | None:
+    """Collective: why "push" cannot serve ``plan`` on ``comm`` (None when it can).
+
+    Every rank must share memory with every other (one node), and the node's shared-memory
+    file system must hold every rank's result (a window larger than /dev/shm would crash the
+    first store with SIGBUS). Decided from data gathered from every rank.
+    """
+    import os
+
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    one_node = node.Get_size() == comm.Get_size()
+    node.Free()
+    try:
+        st = os.statvfs(SHM_DIR)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = -1
+    frees = collective.agree(comm, None, free)
+    if not one_node:
+        return "host method 'push' needs every rank on one node (MPI shared memory); use 'auto' or 'hybrid'"
+    need = sum(geo.volume(b) for b in plan.out_boxes) * plan.itemsize + SHM_MARGIN
+    if min(frees) < need:
+        return (f"host method 'push' needs {need} bytes of shared memory in {SHM_DIR} for the results, but "
+                f"{min(frees)} are free there (rank {frees.index(min(frees))}); enlarge it (docker: --shm-size) "
+                "or use host_method='hybrid'")
+    return None
