@@ -214,9 +214,10 @@ def layout_candidates(shape: Sequence[int], strides: Sequence[int]) -> tuple[str
 
     Only dimensions of extent > 1 count: a 1-D or degenerate operand fits both. An operand whose
     strides are neither decreasing nor increasing (permuted axes) fits both too: its result is
-    dense in whichever order the other ranks agree on.
+    dense in whichever order the other ranks agree on. The sign of a stride does not matter: a
+    reversed view (``a[::-1]``) keeps its array's order.
     """
-    st = [s for n, s in zip(shape, strides) if n > 1]
+    st = [abs(s) for n, s in zip(shape, strides) if n > 1]
     c = all(a >= b for a, b in zip(st, st[1:]))
     f = all(a <= b for a, b in zip(st, st[1:]))
     if c and not f:

@@ -103,7 +103,7 @@ def check_operands(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str]
     if specs[0].ndim < 1:
         return inv, "operands must have at least one dimension (got 0-D arrays)"
     for s in specs:
-        if s.memory == "cuda" and s.device is not None and s.device != s.runtime_device:
+        if s.memory == "cuda" and None not in (s.device, s.runtime_device) and s.device != s.runtime_device:
             return inv, (
                 f"rank {s.rank}: the operand is on CUDA device {s.device} but redist runs on device "
                 f"{s.runtime_device} there (see redist.initialize(device_id=...))"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import Counter
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -413,6 +414,26 @@ def _dist_kind(d) -> str:
     return type(d).__name__
 
 
+def _same_extents(dist, shapes, axes) -> None:
+    """Axes ``dist`` does not split must have one extent on every rank; name the odd rank out."""
+    for ax in axes:
+        values = [s[ax] for s in shapes]
+        if len(set(values)) > 1:
+            common, count = Counter(values).most_common(1)[0]
+            if 2 * count <= len(values):  # no majority: nobody to single out
+                shown = ", ".join(f"rank {i} has {v}" for i, v in enumerate(values[:8]))
+                raise InvalidValueError(
+                    f"the operands' extents on axis {ax}, which the input distribution {dist} does not split, "
+                    f"differ between ranks: {shown}"
+                )
+            r = next(i for i, v in enumerate(values) if v != common)
+            raise InvalidValueError(
+                f"rank {r} operand shape {tuple(shapes[r])} does not fit the input distribution {dist}: its extent "
+                f"on axis {ax}, which {dist} does not split, is {values[r]}, but {values.count(common)} of the "
+                f"{len(values)} ranks have {common}"
+            )
+
+
 def _infer_global_shape(dist: Distribution, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
     """Global shape implied by every rank's local shape under ``dist`` (Slab / BlockNonCyclic)."""
     nranks = len(shapes)
@@ -421,6 +442,7 @@ def _infer_global_shape(dist: Distribution, shapes: Sequence[tuple[int, ...]]) -
         p = dist.partition_dim
         if p >= ndim:
             raise InvalidValueError(f"{dist} can't split axis {p} of {ndim}-D operands")
+        _same_extents(dist, shapes, [d for d in range(ndim) if d != p])
         g = list(shapes[0])
         g[p] = sum(s[p] for s in shapes)
         return tuple(g)
@@ -430,6 +452,7 @@ def _infer_global_shape(dist: Distribution, shapes: Sequence[tuple[int, ...]]) -
         raise InvalidValueError(f"Number of grid elements ({grid.nranks}) must equal the number of processes ({nranks})")
     if len(grid.shape) > ndim:
         raise InvalidValueError(f"{dist} has a {len(grid.shape)}-D grid but the operands are {ndim}-D")
+    _same_extents(dist, shapes, [d for d in range(ndim) if d >= len(grid.shape) or grid.shape[d] == 1])
     g = list(shapes[0])
     for d, n in enumerate(grid.shape):
         # extent along d = sum of the extents of the ranks on the grid line through the origin

@@ -11,7 +11,9 @@ Workers run as scripts under ``mpiexec``; they put ``tests/`` on ``sys.path`` an
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
 import traceback
 from pathlib import Path
 
@@ -104,6 +106,9 @@ def global_values(shape, dtype, salt: int = 0) -> np.ndarray:
         return (lin % 2039 + lin / 7.0).astype(dtype).reshape(shape)
     if dtype.kind == "M":
         return lin.astype(dtype).reshape(shape)
+    if dtype.kind in "SU":
+        return np.array([str(v % 10 ** min(dtype.itemsize // (4 if dtype.kind == "U" else 1), 9)) for v in lin],
+                        dtype=dtype).reshape(shape)
     return (lin % np.iinfo(dtype).max).astype(dtype).reshape(shape)
 
 
@@ -142,6 +147,32 @@ def same_bits(a, b) -> bool:
     if a.shape != b.shape:
         return False
     return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+def clean_env(**extra) -> dict:
+    """The test process's environment without anything that points Python elsewhere."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONHOME", "PYTHONPATH", "REDIST_PYTHON", "PYTHONEXECUTABLE")}
+    env.update(extra)
+    return env
+
+
+def run(cmd, *, env=None, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], check=False, capture_output=True, text=True, timeout=timeout,
+                          env=clean_env() if env is None else env)
+
+
+def mpi(nprocs, exe, *args, timeout=120):
+    """``mpiexec -n nprocs exe args`` in a clean environment, killed after ``timeout`` s."""
+    import pytest
+    from redist._launch import find_mpiexec, run_mpi
+
+    if find_mpiexec() is None:
+        pytest.skip("mpiexec not found")
+    return run_mpi(nprocs, [str(exe), *map(str, args)], timeout=timeout, env=clean_env())
 
 
 # --- MPI workers ---------------------------------------------------------------------------

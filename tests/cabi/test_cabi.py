@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import redist
-from redist._launch import find_mpiexec, run_mpi
+from helpers import clean_env, mpi, run
 from redist.cabi import _testing as T
 from redist.engine.errors import STATUS
 
@@ -30,26 +30,6 @@ API = [
     "redist_reset_operand", "redist_reset_operand_unchecked", "redist_release_operand", "redist_free",
     "redist_graph", "redist_get_error_string", "redist_get_last_error", "redist_version",
 ]
-
-
-def clean_env(**extra) -> dict:
-    """The test process's environment without anything that points Python elsewhere."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONHOME", "PYTHONPATH", "REDIST_PYTHON", "PYTHONEXECUTABLE")}
-    env.update(extra)
-    return env
-
-
-def run(cmd, *, env=None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], check=False, capture_output=True, text=True, timeout=timeout,
-                          env=clean_env() if env is None else env)
-
-
-@pytest.fixture(scope="session")
-def cabi(tmp_path_factory):
-    if T.c_compiler() is None:
-        pytest.skip("no C compiler")
-    return T.build_once(tmp_path_factory.getbasetemp() / "cabi")
 
 
 @pytest.fixture(scope="session")
@@ -72,12 +52,6 @@ def programs(cabi, tmp_path_factory):
         return made[name]
 
     return get
-
-
-def mpi(nprocs, exe, *args, timeout=120):
-    if find_mpiexec() is None:
-        pytest.skip("mpiexec not found")
-    return run_mpi(nprocs, [str(exe), *map(str, args)], timeout=timeout, env=clean_env())
 
 
 def assert_all_ranks_ok(res, nprocs, pattern=r"rank (\d+)/(\d+): OK"):

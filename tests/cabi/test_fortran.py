@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 import redist
-from redist._launch import find_mpiexec, run_mpi
+from helpers import mpi
 from redist.cabi import _testing as T
 
 pytestmark = [pytest.mark.fortran, pytest.mark.cabi]
@@ -66,12 +66,6 @@ def test_module_binds_every_c_function():
         c_value = re.search(rf"#define {const} \((-?\d+)\)|{const} = (\d+)", header)
         f_value = re.search(rf"{const} = (-?\d+)", module)
         assert c_value and f_value and int(next(v for v in c_value.groups() if v)) == int(f_value.group(1)), const
-
-
-def mpi(nprocs, exe, *args, timeout=120):
-    if find_mpiexec() is None:
-        pytest.skip("mpiexec not found")
-    return run_mpi(nprocs, [str(exe), *map(str, args)], timeout=timeout)
 
 
 def assert_all_ranks(res, nprocs, pattern):

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bad_input.c: one misuse of the C API per run, usually on the last rank only.
+ * Usage: mpiexec -n P bad_input CASE. Every rank prints
+ *     rank r: status S: <last error>
+ *     rank r: data ok|wrong|-
+ * and tests/cabi/test_bad_input_c.py checks the status (the same on every rank, or the
+ * documented local outcome), the message (it names the rank at fault) and the data.
+ * Global array: M x N doubles, element (i, j) = i * N + j; rows split -> columns split.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redist.h"
+
+static int rank = 0, nranks = 1;
+static int64_t M = 9, N = 7;
+
+static void split(int64_t n, int p, int r, int64_t *lo, int64_t *hi)
+{
+    int64_t q = n / p, rem = n % p;
+    *lo = r * q + (r < rem ? r : rem);
+    *hi = *lo + q + (r < rem ? 1 : 0);
+}
+
+static int last(void) { return rank == nranks - 1; }
+
+/* the default problem: this rank's rows and columns, its operand and an out= buffer */
+static int64_t lo[2], hi[2], olo[2], ohi[2], am, bn;
+static double *a, *out, *out2;
+
+static void setup(void)
+{
+    lo[1] = 0;
+    hi[1] = N;
+    olo[0] = 0;
+    ohi[0] = M;
+    split(M, nranks, rank, &lo[0], &hi[0]);
+    split(N, nranks, rank, &olo[1], &ohi[1]);
+    am = hi[0] - lo[0];
+    bn = ohi[1] - olo[1];
+    a = malloc((am * N + 1) * sizeof(double));
+    out = malloc((M * bn + 1) * sizeof(double));
+    out2 = malloc((M * bn + 1) * sizeof(double));
+    for (int64_t i = 0; i < am; i++)
+        for (int64_t j = 0; j < N; j++)
+            a[i * N + j] = (double)((lo[0] + i) * N + j);
+}
+
+/* 1: the result holds this rank's columns (C order), 0 otherwise */
+static int columns_ok(const double *res)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < bn; j++)
+            if (res[i * bn + j] != (double)(i * N + olo[1] + j))
+                return 0;
+    return 1;
+}
+
+static redist_status_t create(redist_t *h) /* the plain problem */
+{
+    return redist_create(h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a);
+}
+
+static redist_status_t planned(redist_t *h)
+{
+    redist_status_t st = create(h);
+    return st ? st : redist_plan(*h, NULL);
+}
+
+#define RUN(call) (st = (call))
+
+int main(int argc, char **argv)
+{
+    const char *name = argc > 1 ? argv[1] : "";
+    redist_status_t st = REDIST_SUCCESS;
+    const char *data = "-";
+    redist_t h = NULL;
+    void *res = NULL;
+
+    if (strcmp(name, "plan_before_initialize") == 0) {
+        RUN(redist_plan((redist_t)1, NULL));
+        printf("rank 0: status %d: %s\nrank 0: data -\n", (int)st, redist_get_last_error());
+        return 0; /* no MPI, no rank: the test runs it on one process */
+    }
+    if (strcmp(name, "initialize_bad_device") == 0) {
+        RUN(redist_initialize(REDIST_COMM_WORLD, -9));
+        printf("rank 0: status %d: %s\nrank 0: data -\n", (int)st, redist_get_last_error());
+        return 0;
+    }
+    if (redist_initialize(REDIST_COMM_WORLD, REDIST_DEVICE_NONE) != REDIST_SUCCESS) {
+        fprintf(stderr, "initialize failed: %s\n", redist_get_last_error());
+        return 2;
+    }
+    redist_comm_rank(&rank, &nranks);
+    if (strcmp(name, "out_null_on_an_empty_box_ok") == 0)
+        N = nranks - 1; /* the last rank gets no column */
+    setup();
+
+    if (strcmp(name, "create_null_handle_last") == 0) {
+        RUN(redist_create(last() ? NULL : &h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_ndim_zero_last") == 0) {
+        RUN(redist_create(&h, last() ? 0 : 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_ndim_huge_last") == 0) {
+        RUN(redist_create(&h, last() ? 100 : 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_lower_null_last") == 0) {
+        RUN(redist_create(&h, 2, last() ? NULL : lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_item_size_zero_last") == 0) {
+        RUN(redist_create(&h, 2, lo, hi, NULL, olo, ohi, last() ? 0 : 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_item_size_negative_last") == 0) {
+        RUN(redist_create(&h, 2, lo, hi, NULL, olo, ohi, last() ? -8 : 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_operand_null_last") == 0) {
+        RUN(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, last() ? NULL : a));
+    } else if (strcmp(name, "create_order_garbage_last") == 0) {
+        RUN(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, last() ? (redist_order_t)7 : REDIST_ORDER_C,
+                          REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_memory_garbage_last") == 0) {
+        RUN(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C,
+                          last() ? (redist_memory_t)9 : REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_order_differs_last") == 0) {
+        int64_t st_c[2] = {N, 1};
+        RUN(redist_create(&h, 2, lo, hi, st_c, olo, ohi, 8, last() ? REDIST_ORDER_F : REDIST_ORDER_C,
+                          REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_box_negative_last") == 0) {
+        int64_t bad[2] = {last() ? -1 : lo[0], 0};
+        RUN(redist_create(&h, 2, bad, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a));
+    } else if (strcmp(name, "create_box_overlap_last") == 0) {
+        int64_t bad[2] = {last() ? 0 : lo[0], 0};
+        double *big = calloc(M * N + 1, sizeof(double));
+        RUN(redist_create(&h, 2, bad, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, last() ? big : a));
+    } else if (strncmp(name, "create_ex_", 10) == 0) {
+        redist_options_t o;
+        redist_options_init(&o);
+        if (strcmp(name, "create_ex_struct_size_last") == 0 && last())
+            o.struct_size -= 4;
+        if (strcmp(name, "create_ex_version_last") == 0 && last())
+            o.version = 2;
+        if (strcmp(name, "create_ex_transport_garbage_last") == 0 && last())
+            o.transport = 11;
+        if (strcmp(name, "create_ex_reserved_last") == 0 && last())
+            o.reserved = 1;
+        RUN(redist_create_ex(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a,
+                             strcmp(name, "create_ex_null_options_ok") == 0 ? NULL : &o));
+        if (st == REDIST_SUCCESS && RUN(redist_plan(h, NULL)) == REDIST_SUCCESS &&
+            RUN(redist_execute(h, NULL, NULL, &res)) == REDIST_SUCCESS)
+            data = columns_ok(res) ? "ok" : "wrong";
+    } else if (strcmp(name, "create_device_memory_without_gpu") == 0) {
+        RUN(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_DEVICE, a));
+    } else if (strcmp(name, "execute_garbage_handle") == 0) {
+        RUN(redist_execute((redist_t)0xdeadbeef, NULL, NULL, &res));
+    } else if (strcmp(name, "execute_null_handle") == 0) {
+        RUN(redist_execute(NULL, NULL, NULL, &res));
+    } else if (strcmp(name, "execute_after_free") == 0) {
+        planned(&h);
+        redist_free(h);
+        RUN(redist_execute(h, NULL, NULL, &res));
+    } else if (strcmp(name, "execute_before_plan") == 0) {
+        create(&h);
+        RUN(redist_execute(h, NULL, NULL, &res));
+    } else if (strcmp(name, "execute_after_release_last") == 0) {
+        planned(&h);
+        if (last())
+            redist_release_operand(h);
+        RUN(redist_execute(h, NULL, NULL, &res));
+    } else if (strcmp(name, "out_on_some_ranks_ok") == 0) {
+        int good = 1;
+        planned(&h);
+        for (int it = 0; it < 4 && st == REDIST_SUCCESS; it++) {
+            void *o = rank == 0 ? (it % 2 ? out : out2) : NULL;
+            if (RUN(redist_execute(h, NULL, o, &res)) == REDIST_SUCCESS)
+                good &= columns_ok(res) && (o == NULL || res == o);
+        }
+        data = good ? "ok" : "wrong";
+    } else if (strcmp(name, "out_null_on_an_empty_box_ok") == 0) {
+        planned(&h);
+        if (RUN(redist_execute(h, NULL, last() ? NULL : out, &res)) == REDIST_SUCCESS)
+            data = columns_ok(res) ? "ok" : "wrong";
+    } else if (strcmp(name, "out_aliases_operand_last") == 0) {
+        planned(&h);
+        RUN(redist_execute(h, NULL, last() ? (void *)a : (void *)out, &res));
+    } else if (strcmp(name, "reset_operand_null_last") == 0) {
+        planned(&h);
+        RUN(redist_reset_operand(h, last() ? NULL : a));
+    } else if (strcmp(name, "reset_operand_unchecked_null_last") == 0) { /* local by design */
+        planned(&h);
+        RUN(redist_reset_operand_unchecked(h, last() ? NULL : a));
+    } else if (strcmp(name, "free_twice") == 0) {
+        planned(&h);
+        redist_free(h);
+        RUN(redist_free(h));
+    } else if (strcmp(name, "negative_strides_ok") == 0) {
+        /* the rows in memory backwards: the operand pointer is element (0, 0), strides {-N, 1} */
+        int64_t st_r[2] = {-N, 1};
+        double *rev = malloc((am * N + 1) * sizeof(double));
+        for (int64_t i = 0; i < am; i++)
+            memcpy(rev + (am - 1 - i) * N, a + i * N, N * sizeof(double));
+        RUN(redist_create(&h, 2, lo, hi, st_r, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST,
+                          am ? rev + (am - 1) * N : rev));
+        if (st == REDIST_SUCCESS && RUN(redist_plan(h, NULL)) == REDIST_SUCCESS &&
+            RUN(redist_execute(h, NULL, NULL, &res)) == REDIST_SUCCESS)
+            data = columns_ok(res) ? "ok" : "wrong";
+    } else if (strcmp(name, "zero_strides_input_ok") == 0) {
+        /* every row of the operand is the same memory (a broadcast view): column j holds j */
+        int64_t st_b[2] = {0, 1};
+        double row[64];
+        for (int64_t j = 0; j < N; j++)
+            row[j] = (double)j;
+        RUN(redist_create(&h, 2, lo, hi, st_b, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, row));
+        if (st == REDIST_SUCCESS && RUN(redist_plan(h, NULL)) == REDIST_SUCCESS &&
+            RUN(redist_execute(h, NULL, NULL, &res)) == REDIST_SUCCESS) {
+            int good = 1;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < bn; j++)
+                    good &= ((double *)res)[i * bn + j] == (double)(olo[1] + j);
+            data = good ? "ok" : "wrong";
+        }
+    } else if (strcmp(name, "initialize_twice") == 0) {
+        RUN(redist_initialize(REDIST_COMM_WORLD, REDIST_DEVICE_NONE));
+    } else if (strcmp(name, "comm_rank_null_ok") == 0) {
+        RUN(redist_comm_rank(NULL, NULL));
+    } else if (strcmp(name, "graph_on_host") == 0) {
+        void *g = NULL;
+        planned(&h);
+        RUN(redist_graph(h, NULL, &g));
+    } else {
+        fprintf(stderr, "unknown case %s\n", name);
+        return 2;
+    }
+    printf("rank %d: status %d: %s\n", rank, (int)st, st ? redist_get_last_error() : "");
+    printf("rank %d: data %s\n", rank, data);
+    fflush(stdout);
+    redist_finalize();
+    return 0;
+}

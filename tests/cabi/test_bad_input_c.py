@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The bad-input matrix of the C ABI (cabi/checks/bad_input.c): each case in its own mpiexec, at
+P=2 and P=3, under a watchdog. The expected outcome is written next to each case: the status on
+every rank (and a pattern its message must match, naming the rank at fault), or success with
+the right data. ``reset_operand_unchecked`` is local by design: only the rank at fault fails.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from redist.cabi import _testing as T
+from redist.engine.errors import STATUS
+
+from helpers import clean_env, mpi, run
+
+pytestmark = [pytest.mark.cabi, pytest.mark.mpi]
+
+IV, IS, NI, NS, OK = (STATUS[k] for k in ("INVALID_VALUE", "INVALID_STATE", "NOT_INITIALIZED", "NOT_SUPPORTED",
+                                          "SUCCESS"))
+LAST = "rank {last}"
+
+#: case -> (status on every rank, message pattern or None, data expected "ok" or None)
+CASES = {
+    "create_null_handle_last": (IV, rf"{LAST}: handle .* is NULL", None),
+    "create_ndim_zero_last": (IV, rf"{LAST}: ndim must be in 1..64, got 0", None),
+    "create_ndim_huge_last": (IV, rf"{LAST}: ndim must be in 1..64, got 100", None),
+    "create_lower_null_last": (IV, rf"{LAST}: in_lower is NULL", None),
+    "create_item_size_zero_last": (IV, rf"{LAST}: element_size must be positive, got 0", None),
+    "create_item_size_negative_last": (IV, rf"{LAST}: element_size must be positive, got -8", None),
+    "create_operand_null_last": (IV, rf"{LAST}: operand is NULL but the input box holds", None),
+    "create_order_garbage_last": (IV, rf"{LAST}: order must be REDIST_ORDER_C", None),
+    "create_memory_garbage_last": (IV, rf"{LAST}: memory must be REDIST_MEMORY_HOST", None),
+    "create_order_differs_last": (IV, r"order and memory must be the same on every rank", None),
+    "create_box_negative_last": (IV, rf"{LAST} input box .* negative coordinate", None),
+    "create_box_overlap_last": (IV, r"overlaps rank {last} box", None),
+    "create_ex_struct_size_last": (IV, rf"{LAST}: options->struct_size is \d+", None),
+    "create_ex_version_last": (IV, rf"{LAST}: options->version is 2", None),
+    "create_ex_transport_garbage_last": (IV, rf"{LAST}: options->transport must be", None),
+    "create_ex_reserved_last": (IV, rf"{LAST}: options->reserved must be 0", None),
+    "create_ex_null_options_ok": (OK, None, "ok"),
+    "create_device_memory_without_gpu": (NI, r"CUDA execution needs redist initialised with a GPU", None),
+    "execute_garbage_handle": (IV, r"0xdeadbeef is not a redist_t handle", None),
+    "execute_null_handle": (IV, r"the redist_t handle is NULL", None),
+    "execute_after_free": (IS, r"has been freed", None),
+    "execute_before_plan": (IS, r"before plan\(\) has been called", None),
+    "execute_after_release_last": (IS, rf"{LAST}: Execution cannot be performed after the operand has been released",
+                                   None),
+    "out_on_some_ranks_ok": (OK, None, "ok"),
+    "out_null_on_an_empty_box_ok": (OK, None, "ok"),
+    "out_aliases_operand_last": (IV, rf"{LAST}: execute\(out=...\): out= overlaps the operand", None),
+    "reset_operand_null_last": (IV, rf"{LAST}: the operand is NULL but this rank's input box holds", None),
+    "reset_operand_unchecked_null_last": ("local", r"the operand is NULL", None),
+    "free_twice": (IS, r"has been freed", None),
+    "negative_strides_ok": (OK, None, "ok"),
+    "zero_strides_input_ok": (OK, None, "ok"),
+    "initialize_twice": (IS, r"already initialized", None),
+    "comm_rank_null_ok": (OK, None, None),
+    "graph_on_host": (NS, r"graph\(\) is only available for CUDA execution", None),
+}
+#: cases run on one process, without mpiexec (before redist_initialize)
+SINGLE = {
+    "plan_before_initialize": (IV, r"not a redist_t handle|call redist_initialize", None),
+    "initialize_bad_device": (IV, r"device_id must be a CUDA device ordinal", None),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_input(cabi, tmp_path_factory):
+    return T.compile_c(T.CHECKS / "bad_input.c", tmp_path_factory.mktemp("cabi-bad") / "bad_input", cabi)
+
+
+def outcomes(text: str) -> dict[int, tuple[int, str, str]]:
+    status = {int(r): (int(s), m) for r, s, m in re.findall(r"^rank (\d+): status (-?\d+): (.*)$", text, re.M)}
+    data = {int(r): d for r, d in re.findall(r"^rank (\d+): data (\S+)$", text, re.M)}
+    return {r: (s, m, data.get(r, "?")) for r, (s, m) in status.items()}
+
+
+def check(text: str, nprocs: int, want_status, pattern, want_data) -> None:
+    got = outcomes(text)
+    assert sorted(got) == list(range(nprocs)), f"not every rank reported (a crash?):\n{text[-4000:]}"
+    last = nprocs - 1
+    pat = None if pattern is None else pattern.replace("{last}", str(last))
+    for r, (status, msg, data) in got.items():
+        expect = want_status
+        if want_status == "local":  # only the rank at fault fails
+            expect = IV if r == last else OK
+        assert status == expect, f"rank {r}: status {status}, expected {expect}: {msg}\n{text[-3000:]}"
+        if status != OK and pat is not None:
+            assert re.search(pat, msg), f"rank {r}: {msg!r} does not match {pat!r}"
+        if want_data is not None:
+            assert data == want_data, f"rank {r}: data {data}"
+    if want_status not in ("local", OK):
+        assert len({m for _, m, _ in got.values()}) == 1, f"ranks report different errors: {got}"
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_c(bad_input, name, nprocs):
+    res = mpi(nprocs, bad_input, name, timeout=90)
+    assert res.returncode == 0, f"rc={res.returncode} (a hang is killed at 90 s):\n{res.stdout[-4000:]}"
+    check(res.stdout, nprocs, *CASES[name])
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE))
+def test_bad_input_c_single(bad_input, name):
+    res = run([bad_input, name], env=clean_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    check(res.stdout, 1, *SINGLE[name])

@@ -1,0 +1,812 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The bad-input matrix of the Python API: each case misuses redist, usually on one rank only.
+
+Every case names its expected outcome next to it: ``OK`` (works, with the right data) or
+``(exception class, message pattern)`` raised on EVERY rank with the same message, which names
+the rank at fault (``{last}`` is P-1, ``{P}`` the number of ranks). tests/mpi/test_bad_input.py
+runs each case in its own ``mpiexec`` (P=2 and P=3) under a watchdog, through
+tests/mpi/workers/bad_input_worker.py: a hang, a crash or a wrong result fails the case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from helpers import global_values, same_bits, sl
+
+import redist
+from redist import BlockNonCyclic, ProcessGrid, RawArray, Redistribute, Slab
+from redist.engine import errors as E
+
+OK = "ok"
+SHAPE = (8, 6, 5)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    fn: object
+    expect: object  # OK or (class, pattern)
+
+
+CASES: dict[str, Case] = {}
+
+
+def case(expect):
+    def deco(fn):
+        name = fn.__name__
+        assert name not in CASES, name
+        CASES[name] = Case(name, fn, expect)
+        return fn
+    return deco
+
+
+class Env:
+    """What a case sees: its rank, the job size, and a place to record wrong data."""
+
+    def __init__(self, comm):
+        self.comm, self.rank, self.P = comm, comm.Get_rank(), comm.Get_size()
+        self.last = self.P - 1
+        self.wrong: list[str] = []
+
+    def check(self, cond, what):
+        if not cond:
+            self.wrong.append(what)
+
+    def is_last(self) -> bool:
+        return self.rank == self.last
+
+
+def operand(env, dtype=np.float64, shape=SHAPE, dist=Slab.X, salt=0):
+    g = global_values(shape, dtype, salt)
+    box = dist.box(env.rank, shape, nranks=env.P)
+    return np.ascontiguousarray(g[sl(box)]), g
+
+
+def want(env, g, dist=Slab.Y, shape=SHAPE):
+    return g[sl(dist.box(env.rank, shape, nranks=env.P))]
+
+
+def planned(env, dtype=np.float64, options=None):
+    a, g = operand(env, dtype)
+    r = Redistribute(a, Slab.X, Slab.Y, options=options)
+    r.plan()
+    return r, a, g
+
+
+def right(env, res, g, what="result"):
+    env.check(same_bits(np.asarray(res), want(env, g)), f"{what}: wrong data")
+
+
+# --- construction: boxes and distributions ---------------------------------------------------
+
+
+def _boxes_with(env, bad):
+    """Slab.X boxes, with ``bad(box) -> box`` applied on the last rank."""
+    a, g = operand(env)
+    box = Slab.X.box(env.rank, SHAPE, nranks=env.P)
+    lo, hi = list(box.lower), list(box.upper)
+    if env.is_last():
+        lo, hi = bad(lo, hi)
+        a = np.zeros(tuple(max(0, h - l) for l, h in zip(lo, hi)))
+    return a, (tuple(lo), tuple(hi))
+
+
+@case((E.InvalidValueError, r"input boxes do not tile .*: rank 0 box .* overlaps rank {last} box"))
+def box_overlap_last(env):
+    a, box = _boxes_with(env, lambda lo, hi: ([0] + lo[1:], hi))
+    Redistribute(a, box, Slab.Y)
+
+
+@case((E.InvalidValueError, r"input boxes do not tile .*cover \d+ of the \d+ elements.*element \(\d+, 0, 0\) belongs to no rank"))
+def box_gap_last(env):
+    a, box = _boxes_with(env, lambda lo, hi: ([lo[0] + 1] + lo[1:], hi))
+    Redistribute(a, box, Slab.Y)
+
+
+@case((E.InvalidValueError, r"rank {last} input box .* negative coordinate on axis 1"))
+def box_negative_last(env):
+    a, box = _boxes_with(env, lambda lo, hi: ([lo[0], -1] + lo[2:], [hi[0], hi[1] - 1] + hi[2:]))
+    Redistribute(a, box, Slab.Y)
+
+
+@case((E.InvalidValueError, r"rank {last}: The upper coordinates must be >= the lower coordinates.*lower > upper on axis 2"))
+def box_inverted_last(env):
+    a, box = _boxes_with(env, lambda lo, hi: (lo[:2] + [4], hi[:2] + [2]))
+    Redistribute(np.zeros((1, 1, 1)) if env.is_last() else a, box, Slab.Y)
+
+
+@case((E.InvalidValueError, r"rank {last} input box .* coordinate >= 2\*\*62"))
+def box_huge_coordinate_last(env):
+    a, box = _boxes_with(env, lambda lo, hi: (lo[:2] + [2**63], hi[:2] + [2**63 + 5]))
+    Redistribute(np.zeros((1, 6, 5)) if env.is_last() else a, box, Slab.Y)
+
+
+@case((E.InvalidValueError, r"rank {last} input box .* has 2 dimensions, the operand has 3"))
+def box_ndim_mismatch_last(env):
+    a, box = _boxes_with(env, lambda lo, hi: (lo[:2], hi[:2]))
+    Redistribute(a if not env.is_last() else np.zeros((1, 6, 5)), box, Slab.Y)
+
+
+@case((E.InvalidValueError, r"rank {last}: invalid Box: box coordinates must be integers, got 0.5"))
+def box_float_coordinate_last(env):
+    a, box = operand(env)[0], Slab.X.box(env.rank, SHAPE, nranks=env.P).as_tuple()
+    Redistribute(a, ((0.5, 0, 0), box[1]) if env.is_last() else box, Slab.Y)
+
+
+@case((E.InvalidValueError, r"the input boxes span the global box .* but the output boxes span .*same global array"))
+def output_box_outside_last(env):
+    a, _ = operand(env)
+    ib = Slab.X.box(env.rank, SHAPE, nranks=env.P)
+    ob = Slab.Y.box(env.rank, SHAPE, nranks=env.P).as_tuple()
+    if env.is_last():
+        ob = (ob[0], (ob[1][0] + 3,) + ob[1][1:])
+    Redistribute(a, ib, ob)
+
+
+@case((E.InvalidValueError, r"same global array"))
+def output_global_box_differs(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X.box(env.rank, SHAPE, nranks=env.P), Slab.Y.box(env.rank, (8, 7, 5), nranks=env.P))
+
+
+@case((E.InvalidValueError, r"rank {last} operand shape \(1, 6, 5\) does not match its input box"))
+def operand_shape_vs_box_last(env):
+    a, _ = operand(env)
+    box = Slab.X.box(env.rank, SHAPE, nranks=env.P)
+    Redistribute(np.zeros((1, 6, 5)) if env.is_last() else a, box, Slab.Y)
+
+
+@case((E.InvalidValueError, r"(rank 0 operand shape .* does not fit the input distribution .*axis 1.* is 5, but|"
+                            r"extents on axis 1, .* differ between ranks: rank 0 has 5, rank 1 has 6)"))
+def slab_shape_wrong_rank0(env):
+    a, _ = operand(env)
+    Redistribute(a[:, :-1] if env.rank == 0 else a, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"Inconsistent input distribution type .* rank {last} uses Box"))
+def distribution_kind_differs_last(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X.box(env.rank, SHAPE, nranks=env.P) if env.is_last() else Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"Inconsistent output distribution .* rank {last} uses Slab\(partition_dim=2\)"))
+def distribution_differs_last(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X, Slab.Z if env.is_last() else Slab.Y)
+
+
+@case((E.InvalidTypeError, r"rank {last}: output_distribution must be a redist Distribution"))
+def distribution_not_one_last(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X, "slab-y" if env.is_last() else Slab.Y)
+
+
+@case((E.InvalidValueError, r"Number of grid elements \(7\) must equal the number of processes"))
+def process_grid_wrong_size(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X, BlockNonCyclic(ProcessGrid((1, 7, 1))))
+
+
+@case((E.InvalidValueError, r"Slab\(partition_dim=3\) can't split axis 3 of a 3-D array"))
+def slab_axis_beyond_ndim(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X, Slab(3))
+
+
+# --- construction: dtypes, shapes, packages, layouts -------------------------------------------
+
+
+@case((E.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<f8', but rank {last} '<f4'"))
+def dtype_differs_last(env):
+    a, _ = operand(env, np.float32 if env.is_last() else np.float64)
+    Redistribute(a, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<f8', but rank {last} '>f8'"))
+def byte_order_differs_last(env):
+    a, _ = operand(env)
+    Redistribute(a.astype(">f8") if env.is_last() else a, Slab.X, Slab.Y)
+
+
+@case(OK)
+def byte_order_big_endian_everywhere(env):
+    a, g = operand(env, ">f8")
+    with Redistribute(a, Slab.X, Slab.Y) as r:
+        r.plan()
+        res = r.execute()
+        env.check(res.dtype == np.dtype(">f8"), f"result dtype {res.dtype}")
+        right(env, res, g)
+
+
+@case((E.InvalidTypeError, r"rank {last}: dtype object holds Python object pointers"))
+def dtype_object_last(env):
+    a, _ = operand(env)
+    Redistribute(a.astype(object) if env.is_last() else a, Slab.X, Slab.Y)
+
+
+@case((E.InvalidTypeError, r"rank 0: dtype object holds Python object pointers"))
+def dtype_object_everywhere(env):
+    Redistribute(operand(env)[0].astype(object), Slab.X, Slab.Y)
+
+
+@case((E.InvalidTypeError, r"rank {last}: dtype StringDType\(\) holds Python object pointers"))
+def dtype_string_dtype_last(env):
+    a, _ = operand(env)
+    if env.is_last():
+        a = a.astype(np.dtypes.StringDType())
+    Redistribute(a, Slab.X, Slab.Y)
+
+
+@case((E.InvalidTypeError, r"rank {last}: dtype .* holds Python object pointers"))
+def dtype_struct_with_object_field_last(env):
+    a, _ = operand(env)
+    if env.is_last():
+        b = np.empty(a.shape, [("x", "<f8"), ("o", "O")])
+        b["x"] = a
+        a = b
+    Redistribute(a, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"inconsistent dtype across ranks: .* rank {last} \"\[\('x', '<i4'\), \('z', '<f8'\)\]\""))
+def struct_field_names_differ_last(env):
+    dt = [("x", "<i4"), ("z" if env.is_last() else "y", "<f8")]
+    Redistribute(operand(env, dt)[0], Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<M8\[s\]', but rank {last} '<M8\[ms\]'"))
+def datetime_units_differ_last(env):
+    a, _ = operand(env, "M8[ms]" if env.is_last() else "M8[s]")
+    Redistribute(a, Slab.X, Slab.Y)
+
+
+@case(OK)
+def datetime_and_structs_work(env):
+    for dt in ("M8[s]", [("x", "<i4"), ("y", "<f8")], "S3", "U2", "c16"):
+        a, g = operand(env, dt)
+        with Redistribute(a, Slab.X, Slab.Y) as r:
+            r.plan()
+            right(env, r.execute(), g, f"dtype {dt}")
+
+
+@case((E.InvalidValueError, r"inconsistent number of dimensions across ranks: rank 0 has 3, but rank {last} 2"))
+def ndim_differs_last(env):
+    a, _ = operand(env)
+    Redistribute(a[:, :, 0] if env.is_last() else a, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"at least one dimension"))
+def zero_dimensional(env):
+    Redistribute(np.array(float(env.rank)), Slab.X, Slab.Y)
+
+
+@case((E.InvalidTypeError, r"inconsistent array package across ranks: .*rank {last} 'torch'"))
+def package_differs_last(env):
+    import torch
+
+    a, _ = operand(env)
+    Redistribute(torch.from_numpy(a) if env.is_last() else a, Slab.X, Slab.Y)
+
+
+@case((E.InvalidTypeError, r"rank 0: builtins.list not supported"))
+def not_an_array_rank0(env):
+    a, _ = operand(env)
+    Redistribute([1.0, 2.0] if env.rank == 0 else a, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"inconsistent memory layout across ranks"))
+def layout_differs_odd_ranks(env):
+    a, _ = operand(env)
+    Redistribute(np.asfortranarray(a) if env.rank % 2 else a, Slab.X, Slab.Y)
+
+
+@case(OK)
+def layout_forced_overrides_operands(env):
+    a, g = operand(env)
+    with Redistribute(np.asfortranarray(a) if env.rank % 2 else a, Slab.X, Slab.Y,
+                      options={"result_layout": "F"}) as r:
+        r.plan()
+        res = r.execute()
+        env.check(res.flags.f_contiguous, "result not F-ordered")
+        right(env, res, g)
+
+
+@case((E.InvalidValueError, r"inconsistent memory space across ranks: .*rank {last} 'cuda'"))
+def memory_space_differs_last(env):
+    a, _ = operand(env)
+    raw = RawArray(a.ctypes.data, a.shape, None, 8, memory="cuda" if env.is_last() else "cpu", device_id=0,
+                   dtype=a.dtype, owner=a)
+    Redistribute(raw, Slab.X, Slab.Y)
+
+
+@case((E.NotInitializedError, r"CUDA execution needs redist initialised with a GPU"))
+def device_memory_without_gpu(env):
+    a, _ = operand(env)
+    Redistribute(RawArray(a.ctypes.data, a.shape, None, 8, memory="cuda", device_id=0, dtype=a.dtype),
+                 Slab.X, Slab.Y)
+
+
+# --- construction: options and streams ----------------------------------------------------------
+
+
+@case((E.InvalidValueError, r"inconsistent options across ranks"))
+def options_differ_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"host_method": "pack" if env.is_last() else "auto"})
+
+
+@case((E.InvalidValueError, r"rank {last}: The value specified for 'blocking' must be either True or 'auto'"))
+def option_bad_value_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"blocking": False} if env.is_last() else None)
+
+
+@case((E.InvalidValueError, r"rank {last}: unknown Redistribute option\(s\) \['blokcing'\]"))
+def option_unknown_key_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"blokcing": True} if env.is_last() else None)
+
+
+@case((E.InvalidTypeError, r"rank {last}: The Redistribute options must be provided"))
+def options_bad_type_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options=5 if env.is_last() else None)
+
+
+@case((E.InvalidValueError, r"rank {last}: execution must be 'auto', 'cpu' or 'cuda'"))
+def option_execution_bad_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"execution": "gpu"} if env.is_last() else None)
+
+
+@case((E.InvalidValueError, r"rank {last}: host_method must be one of"))
+def option_host_method_bad_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"host_method": "fast"} if env.is_last() else None)
+
+
+@case((E.InvalidTypeError, r"rank {last}: logger must be a logging.Logger"))
+def option_logger_bad_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"logger": print} if env.is_last() else None)
+
+
+@case((E.InvalidTypeError, r"rank {last}: unsupported stream object builtins.str"))
+def stream_bad_object_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, stream="s0" if env.is_last() else None)
+
+
+# --- strides: what works ----------------------------------------------------------------------
+
+
+@case(OK)
+def negative_strides_everywhere(env):
+    g = global_values(SHAPE, np.float64)
+    box = Slab.X.box(env.rank, SHAPE, nranks=env.P)
+    a = np.ascontiguousarray(g[sl(box)][::-1, :, ::-1])[::-1, :, ::-1]  # same values, reversed memory
+    with Redistribute(a, Slab.X, Slab.Y) as r:
+        r.plan()
+        right(env, r.execute(), g)
+
+
+@case(OK)
+def negative_strides_on_the_last_rank_only(env):
+    a, g = operand(env)
+    if env.is_last():
+        a = np.ascontiguousarray(a[::-1])[::-1]
+    with Redistribute(a, Slab.X, Slab.Y) as r:
+        r.plan()
+        right(env, r.execute(), g)
+
+
+@case(OK)
+def broadcast_operand_zero_strides(env):
+    """Zero strides (a broadcast view) as input are read as many times as needed: supported."""
+    box = Slab.X.box(env.rank, SHAPE, nranks=env.P)
+    row = np.arange(SHAPE[2], dtype=np.float64)
+    a = np.broadcast_to(row, box.box_shape)
+    with Redistribute(a, Slab.X, Slab.Y) as r:
+        r.plan()
+        res = r.execute()
+        env.check(np.array_equal(res, np.broadcast_to(row, res.shape)), "broadcast operand: wrong data")
+
+
+@case(OK)
+def readonly_operand(env):
+    a, g = operand(env)
+    a.setflags(write=False)
+    with Redistribute(a, Slab.X, Slab.Y) as r:
+        r.plan()
+        right(env, r.execute(), g)
+
+
+@case(OK)
+def empty_boxes_on_some_ranks(env):
+    shape = (2, 5, 3)  # fewer planes than ranks at P=3
+    g = global_values(shape, np.int32)
+    a = np.ascontiguousarray(g[sl(Slab.X.box(env.rank, shape, nranks=env.P))])
+    with Redistribute(a, Slab.X, Slab.Z) as r:
+        r.plan()
+        env.check(same_bits(r.execute(), g[sl(Slab.Z.box(env.rank, shape, nranks=env.P))]), "empty boxes")
+
+
+@case((E.NotSupportedError, r"'alltoallw'"))
+def alltoallw_negative_strides_last(env):
+    a, _ = operand(env)
+    if env.is_last():
+        a = np.ascontiguousarray(a[::-1])[::-1]
+    with Redistribute(a, Slab.X, Slab.Y, options={"host_method": "alltoallw"}) as r:
+        r.plan()
+
+
+@case(OK)
+def every_host_method_works(env):
+    from redist.engine.host import available_methods
+
+    for m in ("auto", "push") + available_methods():
+        r, a, g = planned(env, options={"host_method": m})
+        right(env, r.execute(), g, m)
+        r.free()
+
+
+# --- execute: state ---------------------------------------------------------------------------
+
+
+@case((E.InvalidStateError, r"before plan\(\) has been called"))
+def execute_before_plan(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y).execute()
+
+
+@case((E.InvalidStateError, r"cannot be called after free\(\)"))
+def execute_after_free(env):
+    r, _, _ = planned(env)
+    r.free()
+    r.execute()
+
+
+@case((E.InvalidStateError, r"rank {last}: Execution cannot be performed after the operand has been released"))
+def execute_after_release_last(env):
+    r, _, _ = planned(env)
+    if env.is_last():
+        r.release_operand()
+    r.execute()
+
+
+@case((E.InvalidStateError, r"rank 0: Execution cannot be performed after the operand has been released"))
+def execute_after_release_everywhere(env):
+    r, _, _ = planned(env)
+    r.release_operand()
+    r.execute()
+
+
+@case(OK)
+def execute_again_after_a_failed_call(env):
+    """A failed execute (released operand on the last rank) leaves every rank able to go on."""
+    r, a, g = planned(env)
+    if env.is_last():
+        r.release_operand()
+    try:
+        r.execute()
+        env.check(False, "execute did not raise")
+    except E.InvalidStateError:
+        pass
+    if env.is_last():
+        r.reset_operand_unchecked(a)
+    right(env, r.execute(), g, "after the failed call")
+
+
+# --- execute: out= -----------------------------------------------------------------------------
+
+
+def _out_case(env, bad_out):
+    r, a, g = planned(env)
+    res = r.execute()
+    out = bad_out(r, a, res) if env.is_last() else np.empty_like(res)
+    r.execute(out=out)
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= has shape .*expected .* \(the output box"))
+def out_wrong_shape_last(env):
+    _out_case(env, lambda r, a, res: np.empty(res.shape[:-1] + (res.shape[-1] + 1,)))
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= has dtype float32, expected float64"))
+def out_wrong_dtype_last(env):
+    _out_case(env, lambda r, a, res: np.empty(res.shape, np.float32))
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= has dtype >f8, expected float64"))
+def out_wrong_byte_order_last(env):
+    _out_case(env, lambda r, a, res: np.empty(res.shape, ">f8"))
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= is read-only .*output box is Box"))
+def out_read_only_last(env):
+    frozen = {}
+
+    def bad(r, a, res):
+        o = np.full(res.shape, 7.0)
+        o.setflags(write=False)
+        frozen["o"] = o
+        return o
+
+    try:
+        _out_case(env, bad)
+    finally:
+        if env.is_last():
+            env.check((frozen["o"] == 7.0).all(), "a read-only out= was written")
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= is read-only"))
+def out_over_immutable_bytes_last(env):
+    keep = {}
+
+    def bad(r, a, res):
+        keep["b"] = bytes(res.nbytes)
+        return np.frombuffer(keep["b"], np.float64).reshape(res.shape)
+
+    try:
+        _out_case(env, bad)
+    finally:
+        if env.is_last():
+            env.check(keep["b"] == bytes(len(keep["b"])), "an immutable bytes object was modified")
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= overlaps the operand"))
+def out_aliases_operand_last(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    big = np.empty(a.size + res.size)  # the operand and out= in one buffer, overlapping
+    op = big[: a.size].reshape(a.shape)
+    op[...] = a
+    r.reset_operand(op)
+    r.execute(out=big[a.size // 2: a.size // 2 + res.size].reshape(res.shape) if env.is_last() else
+              np.empty_like(res))
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= has strides .* overlap in memory"))
+def out_self_overlapping_last(env):
+    _out_case(env, lambda r, a, res: np.lib.stride_tricks.as_strided(np.empty(res.shape[-1]), res.shape,
+                                                                      (0, 0, 8)))
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= must be a numpy array like the operand, got torch"))
+def out_wrong_package_last(env):
+    import torch
+
+    _out_case(env, lambda r, a, res: torch.empty(res.shape, dtype=torch.float64))
+
+
+@case((E.InvalidTypeError, r"rank {last}: builtins.list not supported"))
+def out_not_an_array_last(env):
+    _out_case(env, lambda r, a, res: [0.0] * res.size)
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= must be in host memory"))
+def out_device_memory_for_host_operand_last(env):
+    a, g = operand(env)
+    r = Redistribute(RawArray(a.ctypes.data, a.shape, None, 8, dtype=a.dtype, owner=a), Slab.X, Slab.Y)
+    r.plan()
+    res = np.empty(want(env, g).shape)
+    r.execute(out=RawArray(res.ctypes.data, res.shape, None, 8, memory="cuda" if env.is_last() else "cpu",
+                           device_id=0, dtype=res.dtype, owner=res))
+
+
+@case(OK)
+def out_strided_ghosted_interior(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    ghosted = np.full(tuple(n + 2 for n in res.shape), -1.0)
+    inner = ghosted[1:-1, 1:-1, 1:-1]
+    env.check(r.execute(out=inner) is inner, "execute(out=) did not return out")
+    right(env, inner, g, "ghosted interior")
+    env.check((ghosted[0] == -1).all() and (ghosted[:, :, -1] == -1).all(), "ghost layer written")
+
+
+@case(OK)
+def out_negative_strides(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    out = np.empty_like(res)[::-1, :, ::-1]
+    right(env, r.execute(out=out), g, "reversed out=")
+
+
+@case(OK)
+def out_on_some_ranks_only(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    for it in range(4):
+        o = np.empty_like(res) if env.rank == 0 else None
+        right(env, r.execute(out=o), g, f"iteration {it}")
+
+
+@case(OK)
+def out_new_view_of_the_same_buffer_every_call(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    buf = np.empty_like(res)
+    for it in range(5):  # rank 0: a new view object each call; the others: the same object
+        o = buf[...] if env.rank == 0 else buf
+        right(env, r.execute(out=o), g, f"iteration {it}")
+
+
+@case(OK)
+def out_double_buffered_on_one_rank(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    bufs = [np.empty_like(res), np.empty_like(res)]
+    for it in range(6):
+        o = bufs[it % 2] if env.is_last() else None
+        right(env, r.execute(out=o), g, f"iteration {it}")
+
+
+@case(OK)
+def out_is_the_result_itself(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    right(env, r.execute(out=res), g)
+
+
+@case(OK)
+def out_made_read_only_later_is_refused_then_fine(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    o = np.empty_like(res)
+    right(env, r.execute(out=o), g)
+    if env.is_last():
+        o.setflags(write=False)
+    try:
+        r.execute(out=o)
+        env.check(False, "a read-only out= passed")
+    except E.InvalidValueError as e:
+        env.check(f"rank {env.last}" in str(e) and "read-only" in str(e), str(e))
+    o2 = np.empty_like(res)
+    right(env, r.execute(out=o2), g, "after the refused call")
+
+
+@case(OK)
+def sync_and_release_workspace_flags_on_host(env):
+    """Host executions ignore sync_symmetric_memory; release_workspace only frees local staging."""
+    r, a, g = planned(env, options={"host_method": "pack"})
+    right(env, r.execute(sync_symmetric_memory=env.rank % 2 == 0, release_workspace=env.is_last()), g)
+    right(env, r.execute(), g, "after release_workspace")
+
+
+# --- reset_operand ------------------------------------------------------------------------------
+
+
+def _reset_case(env, bad):
+    r, a, g = planned(env)
+    r.reset_operand(bad(a) if env.is_last() else a.copy())
+
+
+@case((E.InvalidValueError, r"rank {last}: The new operand's data type \(float32\) doesn't match .* input box is Box"))
+def reset_dtype_last(env):
+    _reset_case(env, lambda a: a.astype(np.float32))
+
+
+@case((E.InvalidValueError, r"rank {last}: The new operand's data type \(>f8\) doesn't match"))
+def reset_byte_order_last(env):
+    _reset_case(env, lambda a: a.astype(">f8"))
+
+
+@case((E.InvalidValueError, r"rank {last}: The new operand's shape"))
+def reset_shape_last(env):
+    _reset_case(env, lambda a: np.zeros((a.shape[0] + 1,) + a.shape[1:]))
+
+
+@case((E.InvalidValueError, r"rank {last}: The new operand's strides"))
+def reset_strides_last(env):
+    _reset_case(env, lambda a: np.asfortranarray(a))
+
+
+@case((E.InvalidValueError, r"rank {last}: The new operand's package \(torch\)"))
+def reset_package_last(env):
+    import torch
+
+    _reset_case(env, lambda a: torch.from_numpy(a.copy()))
+
+
+@case((E.InvalidValueError, r"rank {last}: reset_operand\(\) requires a valid operand"))
+def reset_none_last(env):
+    _reset_case(env, lambda a: None)
+
+
+@case((E.InvalidTypeError, r"rank {last}: builtins.tuple not supported"))
+def reset_not_an_array_last(env):
+    _reset_case(env, lambda a: (1, 2))
+
+
+@case((E.InvalidTypeError, r"rank {last}: dtype object holds Python object pointers"))
+def reset_object_dtype_last(env):
+    _reset_case(env, lambda a: a.astype(object))
+
+
+@case((E.InvalidValueError, r"rank {last}: the new operand overlaps this object's own result"))
+def reset_to_own_result_last(env):
+    r, a, g = planned(env)
+    res = r.execute()
+    if env.is_last():  # the operand's layout, in the result's memory (the last rank's box is the smallest)
+        r.reset_operand(res.reshape(-1)[: a.size].reshape(a.shape))
+    else:
+        r.reset_operand(a.copy())
+
+
+@case(OK)
+def reset_then_execute_and_release_then_reset(env):
+    r, a, g = planned(env)
+    a2, g2 = operand(env, salt=1000)
+    r.reset_operand(a2)
+    right(env, r.execute(), g2, "after reset_operand")
+    r.release_operand()
+    r.release_operand()  # a no-op
+    r.reset_operand(a)
+    right(env, r.execute(), g, "after release + reset")
+    r.reset_operand_unchecked(a2)
+    env.check(r.operand is a2, "the object does not hold the new operand")
+    right(env, r.execute(), g2, "after reset_operand_unchecked")
+
+
+@case((E.InvalidStateError, r"cannot be called after free\(\)"))
+def reset_after_free(env):
+    r, a, _ = planned(env)
+    r.free()
+    r.reset_operand(a)
+
+
+# --- the rest of the state machine --------------------------------------------------------------
+
+
+@case(OK)
+def plan_twice_free_twice_context_manager(env):
+    a, g = operand(env)
+    with Redistribute(a, Slab.X, Slab.Y) as r:
+        r.plan()
+        r.plan()
+        right(env, r.execute(), g)
+    r.free()
+    r.free()
+
+
+@case((E.InvalidStateError, r"Redistribute.plan\(\) cannot be called after free\(\)"))
+def plan_after_free(env):
+    r, _, _ = planned(env)
+    r.free()
+    r.plan()
+
+
+@case((E.NotSupportedError, r"graph\(\) is only available for CUDA execution"))
+def graph_on_host(env):
+    r, _, _ = planned(env)
+    r.graph()
+
+
+@case((E.InvalidStateError, r"Redistribute.release_operand\(\) cannot be called after free\(\)"))
+def release_after_free(env):
+    r, _, _ = planned(env)
+    r.free()
+    r.release_operand()
+
+
+@case((E.InvalidValueError, r"rank {last} input box .* negative coordinate"))
+def function_form_bad_box_last(env):
+    a, box = _boxes_with(env, lambda lo, hi: ([lo[0] - 100] + lo[1:], [hi[0] - 100] + hi[1:]))
+    redist.redistribute(a, box, Slab.Y)
+
+
+@case(OK)
+def function_form_result_belongs_to_the_caller(env):
+    a, g = operand(env)
+    res = redist.redistribute(a, Slab.X, Slab.Y)
+    right(env, res, g)
+
+
+@case(OK)
+def objects_dropped_without_free(env):
+    """300 planned objects dropped without free(): their memory and requests go with them."""
+    import gc
+
+    a, g = operand(env)
+    for _ in range(300):
+        r = Redistribute(a, Slab.X, Slab.Y)
+        r.plan()
+        r.execute()
+        del r
+    gc.collect()
+    r = Redistribute(a, Slab.X, Slab.Y)
+    r.plan()
+    right(env, r.execute(), g, "after 300 dropped objects")
