@@ -133,6 +133,27 @@ def operand_bytes(G: np.ndarray, box, strides, itemsize: int) -> np.ndarray:
     return buf
 
 
+def strided_operand(G: np.ndarray, box, strides, itemsize: int) -> tuple[np.ndarray, int]:
+    """A rank's operand as raw bytes for element ``strides`` of any sign (zero: the elements of
+    that axis share memory, so the box's first index along it is stored). Returns the bytes and
+    the byte offset of element (0, ..., 0) in them."""
+    from redist.engine.buffer import byte_extent
+
+    shape = tuple(h - l for l, h in zip(*box))
+    lo, hi = byte_extent(shape, strides, itemsize)
+    buf = np.zeros(max(hi - lo, 0), np.uint8)
+    if math.prod(shape) == 0:
+        return buf, 0
+    view = np.lib.stride_tricks.as_strided(buf[-lo:], shape=shape + (itemsize,),
+                                           strides=tuple(s * itemsize for s in strides) + (1,))
+    sub = G[sl(box)]
+    for ax, s in enumerate(strides):  # a shared (zero-stride) axis holds its first index only
+        if s == 0:
+            sub = np.take(sub, [0] * sub.shape[ax], axis=ax)
+    np.copyto(view, sub)
+    return buf, -lo
+
+
 def expected_bytes(G: np.ndarray, box, order: str) -> np.ndarray:
     """The bytes of ``box`` of the global byte array, dense in ``order``."""
     sub = G[sl(box)]

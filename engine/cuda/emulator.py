@@ -28,6 +28,7 @@ def emulate_job(
     transport: str = "auto",
     vec: int | None = None,
     in_offsets: Sequence[int] | None = None,
+    in_origins: Sequence[int] | None = None,
     out_delta: int = 0,
     seg_limit: int = K.SEG_LIMIT,
     sm_count: int = 132,
@@ -37,7 +38,8 @@ def emulate_job(
     ``inputs[r]``: rank r's operand as raw bytes (uint8, its whole strided span). Returns each
     rank's result bytes (``result_bytes`` long; only the out box's dense part is meaningful) and
     the launch lists. ``in_offsets`` shifts each operand inside its buffer (alignment tests);
-    ``out_delta`` writes into a second "out=" region at that offset from the result.
+    ``in_origins`` is where element (0, ..., 0) sits in each operand's bytes (negative strides
+    reach below it); ``out_delta`` writes into a second "out=" region at that offset from the result.
     """
     p = len(plans)
     lls = [
@@ -55,7 +57,7 @@ def emulate_job(
         buf = np.zeros(len(inputs[r]) + off + 16, np.uint8)
         buf[off : off + len(inputs[r])] = inputs[r]
         regions[base] = buf
-        inb.append(base + off)
+        inb.append(base + off + (0 if in_origins is None else in_origins[r]))
         ob = (4 * r + 2) * stride
         regions[ob] = np.full(rb + max(out_delta, 0) + 16, 0xA5, np.uint8)
         outb.append(ob)

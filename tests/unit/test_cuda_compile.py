@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import expected_bytes, global_bytes, operand_bytes, random_boxes, slab_boxes
+from helpers import expected_bytes, global_bytes, operand_bytes, random_boxes, slab_boxes, strided_operand
 from redist.engine import geometry as geo
 from redist.engine.cuda import kernels as K
 from redist.engine.cuda.emulator import emulate_job
@@ -66,7 +66,19 @@ def run_case(
         make_plan(r, in_boxes, out_boxes, itemsize=itemsize, in_strides=strides, out_order=order)
         for r in range(p)
     ]
-    inputs = [operand_bytes(G, in_boxes[r], strides[r], itemsize) for r in range(p)]
+    if any(s <= 0 for st, b in zip(strides, in_boxes) for s, n in zip(st, geo.box_shape(b)) if n > 1):
+        pieces = [strided_operand(G, in_boxes[r], strides[r], itemsize) for r in range(p)]
+        inputs = [buf for buf, _ in pieces]
+        origins = [off for _, off in pieces]
+        G = G.copy()
+        for r in range(p):  # zero strides: the expected result repeats the stored (first) index
+            box = tuple(slice(a, b) for a, b in zip(*in_boxes[r]))
+            for ax, st in enumerate(strides[r]):
+                if st == 0:
+                    G[box] = np.take(G[box], [0] * G[box].shape[ax], axis=ax)
+    else:
+        inputs = [operand_bytes(G, in_boxes[r], strides[r], itemsize) for r in range(p)]
+        origins = None
     outs, lls = emulate_job(
         plans,
         inputs,
@@ -74,6 +86,7 @@ def run_case(
         transport=transport,
         vec=vec,
         in_offsets=in_offsets,
+        in_origins=origins,
         out_delta=out_delta,
         seg_limit=seg_limit,
     )
@@ -244,6 +257,21 @@ def test_emulate_strided_inputs_and_alignment():
             run_case(ib, ob, itemsize, in_offsets=[off, off + 1], out_delta=4096 + 8, transport="push")
             run_case(ib, ob, itemsize, in_offsets=[off, 0], out_delta=256, transport="put")
     del rng
+
+
+@pytest.mark.parametrize("transport", ["push", "put"])
+def test_emulate_negative_and_zero_strides(transport):
+    """Reversed axes (a[::-1]) and broadcast (zero-stride) operands: the kernel walks them as given."""
+    g = (6, 10, 8)
+    ib, ob = slab_boxes(g, 3, 0), slab_boxes(g, 3, 1)
+    shapes = [geo.box_shape(b) for b in ib]
+    for itemsize in (1, 4, 8, 16):
+        reversed_c = [(-s[1] * s[2], s[2], -1) for s in shapes]
+        run_case(ib, ob, itemsize, strides=reversed_c, transport=transport)
+        reversed_f = [(1, -s[0], s[0] * s[1]) for s in shapes]
+        run_case(ib, ob, itemsize, strides=reversed_f, transport=transport)
+        broadcast = [(0, s[2], 1) for s in shapes]
+        run_case(ib, ob, itemsize, strides=broadcast, transport=transport)
 
 
 def test_emulate_every_vector_width():

@@ -20,7 +20,8 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from helpers import expected_bytes, global_bytes, operand_bytes, pencil_boxes, random_boxes, slab_boxes  # noqa: E402
+from helpers import (  # noqa: E402
+    expected_bytes, global_bytes, operand_bytes, pencil_boxes, random_boxes, slab_boxes, strided_operand)
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -135,6 +136,10 @@ def engine_cases():
     cases.append(
         dict(name="transposed", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=8, t="auto", transposed=True)
     )
+    cases.append(dict(name="reversed", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=8, t="auto", reversed=True))
+    cases.append(
+        dict(name="reversed-put", g=g3, ib=slab(g3, 0), ob=slab(g3, 2), it=4, t="put", reversed=True)
+    )
     cases.append(dict(name="misaligned", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=16, t="auto", offset=4))
     cases.append(dict(name="misaligned-put", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=8, t="put", offset=2))
     return cases
@@ -163,6 +168,8 @@ def run_engine(fails: Fails):
                 strides = [(s[1] * (s[2] + 3) + 5, s[2] + 3, 1) for s in shapes]
             if c.get("transposed"):
                 strides = [(1, s[0], s[0] * s[1]) for s in shapes]
+            if c.get("reversed"):  # a[::-1, :, ::-1] of a C array: negative strides
+                strides = [(-s[1] * s[2], s[2], -1) for s in shapes]
             ok = True
             exe = None
             try:
@@ -173,12 +180,12 @@ def run_engine(fails: Fails):
                 outs = []
                 for k, seed in enumerate((11, 22)):
                     G = global_bytes(g, it, seed)
-                    a = operand_bytes(G, ib[rank], strides[rank], it)
+                    a, origin = strided_operand(G, ib[rank], strides[rank], it)
                     off = c.get("offset", 0) + (it if k == 1 and it < 16 else 0)
                     buf = cp.empty(len(a) + off + 64, dtype=cp.uint8)
                     buf[off : off + len(a)].set(a)
                     cp.cuda.Device().synchronize()  # the copy ran on the legacy stream, execute on ours
-                    exe.rebind_input(int(buf.data.ptr) + off)
+                    exe.rebind_input(int(buf.data.ptr) + off + origin)
                     want = expected_bytes(G, ob[rank], order)
                     for mode in ("graph", "eager", "graph"):
                         exe.execute(stream.ptr, graph=(mode == "graph"))
@@ -473,7 +480,39 @@ def run_api(fails: Fails):
         if got is None or "rank 0" not in got or "device" not in got or len(set(every)) != 1:
             fails.add(f"api wrong device: expected the same error naming rank 0 on every rank, got {every}")
 
+    def negative_strides():
+        a = cp.asarray(glob[isl])[::-1].copy()[::-1]  # the same values, memory reversed
+        assert a.strides[0] < 0
+        with redist.Redistribute(a, Slab.X, Slab.Y) as r:
+            r.plan()
+            res = r.execute()
+            cp.cuda.get_current_stream().synchronize()
+            check("cupy a[::-1]", cp.asnumpy(res), glob[osl])
+
+    def dropped_objects():
+        import gc
+
+        rt = ctx.cuda
+        gc.collect()
+        before = len(rt._sym)
+        for _ in range(20):
+            r = redist.Redistribute(cp.asarray(glob[isl]), Slab.X, Slab.Y)
+            r.plan()
+            r.execute()
+            del r  # never freed: its graph goes now, its symmetric memory at the next collective point
+        gc.collect()
+        r = redist.Redistribute(cp.asarray(glob[isl]), Slab.X, Slab.Y)
+        r.plan()  # a collective point: what every rank dropped is freed
+        after = len(rt._sym)
+        if after != before + 1:
+            fails.add(f"api dropped objects: {before} symmetric allocations before, {after} after 20 dropped "
+                      "objects and one live one")
+        check("after dropped objects", cp.asnumpy(r.execute()), glob[osl])
+        r.free()
+
     try:
+        step("negative strides", negative_strides)
+        step("dropped objects", dropped_objects)
         step("wrong device", wrong_device)
         step("cupy", cupy_basic)
         step("torch", torch_basic)
