@@ -168,7 +168,7 @@ class Executable(Protocol):
     def out_signature(self, buf: Buffer | None) -> int | None:
         """What must be equal on every rank for ``buf`` to be ``out=`` (None: nothing)."""
 
-    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+    def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
                 problem: Problem | None = None) -> None:
         """Collective: agree on the call (see above), then run the exchange once."""
 

@@ -11,7 +11,7 @@ import weakref
 
 from . import _runtime
 from ._distributions import Box, Distribution, resolve_boxes
-from ._operands import Operand, as_array, pointer_of, wrap
+from ._operands import Operand, as_array, wrap
 from ._options import RedistributeOptions
 from ._streams import current_stream, stream_handle
 from .engine import backend, collective
@@ -43,6 +43,14 @@ def _as_distribution(d, which: str) -> Distribution:
     if isinstance(d, (tuple, list)) and len(d) == 2:  # a raw (lower, upper) pair, e.g. from the C ABI
         return Box(*d)
     raise InvalidTypeError(f"{which}_distribution must be a redist Distribution or a (lower, upper) pair, got {d!r}")
+
+
+#: address of element 0, per package (numpy: Redistribute._numpy_pointer, cached)
+_POINTER = {
+    "torch": lambda obj: obj.data_ptr(),
+    "cupy": lambda obj: obj.data.ptr,
+    "raw": lambda obj: obj.ptr,
+}
 
 
 def _template(op: Operand) -> Operand:
@@ -128,8 +136,11 @@ class Redistribute:
         self._out = None  # the out= object bound now (None: the engine-owned result)
         self._out_checked: dict = {}  # id -> (weak reference, Buffer) of out= objects checked before
         self._ptrs: dict = {}  # id -> (weak reference, address) of numpy operands rebound before
-        self._extent = byte_extent(op.shape, op.strides, op.itemsize)
-        self._operand_range = op.buffer.address_range()  # the bytes the operand spans now
+        self._extent = byte_extent(op.shape, op.strides, op.itemsize)  # the bytes it spans around its address
+        self._operand_ptr = op.ptr
+        self._pointer = self._numpy_pointer if op.package == "numpy" else _POINTER[op.package]
+        self._streams = self._backend != "host"  # execute() needs a stream handle
+        self._last_stream = self._last_handle = None
         self._plan = None
         self._state = _State.NEW
         self._serial = _runtime._register(self)
@@ -178,7 +189,11 @@ class Redistribute:
             if s is not None:
                 return s
             return 0 if self._ctor_stream is None else self._ctor_stream
-        return stream_handle(stream)
+        if stream is self._last_stream:
+            return self._last_handle
+        h = stream_handle(stream)
+        self._last_stream, self._last_handle = stream, h
+        return h
 
     # --- the API ------------------------------------------------------------------------------
 
@@ -245,21 +260,23 @@ class Redistribute:
             p = self._bind_out(out)
             if p is not None and problem is None:
                 problem = p
-        if self._backend != "host":
-            try:
-                s = self._stream(stream)
-            except Exception as e:  # noqa: BLE001
-                problem, s = problem or collective.problem(e), 0
-        else:
-            s = 0
+        s = 0
+        if self._streams:
+            if stream is not None and stream is self._last_stream:
+                s = self._last_handle
+            else:
+                try:
+                    s = self._stream(stream)
+                except Exception as e:  # noqa: BLE001
+                    problem = problem or collective.problem(e)
         if self._logger.isEnabledFor(logging.INFO):
             t0 = time.perf_counter()
-            exe.execute(s, sync=sync_symmetric_memory, release_workspace=release_workspace, problem=problem)
+            exe.execute(s, sync_symmetric_memory, release_workspace, problem)
             self._logger.info("execute: %.3f ms on %s (%s)", (time.perf_counter() - t0) * 1e3, self.execution_space,
                               "blocking" if self._backend == "host" or self._options.blocking is True else
                               "asynchronous")
         else:
-            exe.execute(s, sync=sync_symmetric_memory, release_workspace=release_workspace, problem=problem)
+            exe.execute(s, sync_symmetric_memory, release_workspace, problem)
         return target
 
     def _bind_out(self, out) -> collective.Problem | None:
@@ -293,7 +310,8 @@ class Redistribute:
                     pass
             if self._template.package == "numpy" and not out.flags.writeable:
                 return self._out_failed("out= is read-only")
-            if self._state is _State.READY and lo < self._operand_range[1] and self._operand_range[0] < hi:
+            p = self._operand_ptr
+            if self._state is _State.READY and p is not None and lo < p + self._extent[1] and p + self._extent[0] < hi:
                 return self._out_failed("out= overlaps the operand (the exchange would read what it overwrites)")
             if out is not self._out:
                 self._exe.bind_output(buf)
@@ -350,30 +368,28 @@ class Redistribute:
         On CUDA this updates kernel-node parameters of the instantiated graph (no re-capture).
         """
         if self._state in _PLANNED:
-            hit = self._ptrs.get(id(operand))
-            if hit is not None and hit[0]() is operand:
-                ptr = hit[1]
-            else:
-                ptr = self._remember_pointer(operand)
+            ptr = self._pointer(operand)
             self._exe.rebind_input(ptr, operand)
             self._operand_obj = operand
-            self._operand_range = (ptr + self._extent[0], ptr + self._extent[1])
+            self._operand_ptr = ptr
             self._state = _State.READY
             return
         self._check_not_freed("reset_operand_unchecked")
         self._bind(wrap(operand))
 
-    def _remember_pointer(self, operand) -> int:
-        """The address of ``operand``, kept (weakly) for the next rebind to the same object.
+    def _numpy_pointer(self, operand) -> int:
+        """The address of a numpy ``operand``, kept (weakly) for the next rebind to the same object.
 
         numpy's ``__array_interface__`` costs ~2 us; an array's address never changes while it
         keeps its shape, which reset_operand_unchecked's contract already requires.
         """
-        ptr = pointer_of(operand, self._template.package)
-        if self._template.package == "numpy":
-            if len(self._ptrs) >= 8:
-                self._ptrs.clear()
-            self._ptrs[id(operand)] = (weakref.ref(operand), ptr)
+        hit = self._ptrs.get(id(operand))
+        if hit is not None and hit[0]() is operand:
+            return hit[1]
+        ptr = operand.__array_interface__["data"][0]
+        if len(self._ptrs) >= 8:
+            self._ptrs.clear()
+        self._ptrs[id(operand)] = (weakref.ref(operand), ptr)
         return ptr
 
     def _bind(self, op: Operand) -> None:
@@ -383,7 +399,7 @@ class Redistribute:
         else:
             self._state = _State.NEW
         self._operand_obj = op.obj
-        self._operand_range = op.buffer.address_range()
+        self._operand_ptr = op.ptr
 
     def release_operand(self) -> None:
         """Drop every reference this object holds to the operand (and any device mirror of it).
@@ -398,7 +414,7 @@ class Redistribute:
         if self._exe is not None:
             self._exe.release_input()
         self._operand_obj = None
-        self._operand_range = (0, 0)
+        self._operand_ptr = None
         self._ptrs = {}
         self._state = _State.RELEASED if self._state is _State.READY else _State.NEW_RELEASED
 

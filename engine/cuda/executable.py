@@ -67,8 +67,9 @@ class CudaExecutable:
         self._in_owner = None
         self._bound = False
         self._out_delta = 0
-        self._launches = 0
         self._check = collective.CallCheck(rt.comm)
+        self._agree = self._check.nranks > 1  # P = 1: nothing to agree on, errors are raised directly
+        self._launch = self._drv.cuGraphLaunch
         self.result_bytes = ll.result_bytes
         self.graphs = os.environ.get("REDIST_CUDA_GRAPHS", "1") != "0"
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
@@ -154,11 +155,20 @@ class CudaExecutable:
     def rebind_input(self, ptr: int, owner: object = None) -> None:
         """Point every kernel that reads the operand at ``ptr`` (kernel-node update; never re-capture)."""
         self._in_owner = owner
-        self._bound = True
+        self._bound = not self._freed
         if ptr == self._in_ptr:
             return
         self._in_ptr = ptr
-        self._update(self._in_kernels, "a_in", "in_align", ptr)
+        a = ptr & -ptr if ptr else 16
+        if a > 16:
+            a = 16
+        for kern in self._in_kernels:
+            launch = kern.launch
+            launch.a_in.value = ptr
+            if a != kern.in_align:
+                kern.in_align = a
+                launch.set_vec(self._pick(kern))
+            launch.update()
 
     def bind_output(self, buf: Buffer | None) -> None:
         """Write into the symmetric ``buf`` (same heap offset on every rank); None: the result."""
@@ -277,44 +287,53 @@ class CudaExecutable:
             )
         return ge
 
-    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
-                problem: collective.Problem | None = None, graph: bool | None = None) -> None:
+    def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
+                problem: collective.Problem | None = None, *, graph: bool | None = None) -> None:
         """Collective: agree on the call, then run the redistribution on ``stream`` (one cuGraphLaunch).
 
         ``graph=None`` follows ``self.graphs`` (default True; REDIST_CUDA_GRAPHS=0 makes every
         execute eager: the same kernels and NVSHMEM calls, enqueued directly, for debugging).
         """
-        if problem is None:
-            if self._freed:
-                problem = ("InvalidStateError", "this CUDA executable has been freed")
-            elif not self._bound:
-                problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
-        if self._check.nranks > 1 or problem is not None:
+        if problem is None and not self._bound:
+            problem = ("InvalidStateError", "this CUDA executable has been freed" if self._freed else
+                       "no operand is bound (it was released): call reset_operand() first")
+        if self._agree or problem is not None:
             offset = self.rt.heap_offset(self.output_ptr)
             self._check.check(problem, hash((offset, bool(sync), bool(release_workspace))),
                               what=(f"out= at heap offset {offset}", bool(sync), bool(release_workspace)))
+        ge = self._exec
+        if ge is not None and graph is not False and not self._need_workspace:  # the usual call
+            if sync is not ge.toggle_enabled and ge.toggle_nodes and bool(sync) != ge.toggle_enabled:
+                ge.set_toggle(bool(sync))
+            rc = self._launch(ge.handle, stream)
+            if rc:
+                from .graph import _err_name
+
+                raise CudaError(f"cuGraphLaunch failed with CUresult {rc}{_err_name(rc)}")
+        else:
+            self._execute_slow(stream, sync, graph)
+        if self.blocking:
+            self._drv.call("cuStreamSynchronize", stream)
+        if release_workspace:
+            self.release_workspace()
+
+    def _execute_slow(self, stream: int, sync: bool, graph: bool | None) -> None:
+        """The first execute (capture), one after release_workspace, or an eager one."""
         if graph is None:
             graph = self.graphs
         if self._need_workspace:
             self._restore_workspace()
         if graph:
-            ge = self._exec
-            if ge is None:
-                ge = self._instantiate()
-            if ge.toggle_nodes and sync != ge.toggle_enabled:
-                ge.set_toggle(sync)
-            rc = self._drv.cuGraphLaunch(ge.handle, stream)
+            ge = self._exec or self._instantiate()
+            if ge.toggle_nodes and bool(sync) != ge.toggle_enabled:
+                ge.set_toggle(bool(sync))
+            rc = self._launch(ge.handle, stream)
             if rc:
                 from .graph import _err_name
 
                 raise CudaError(f"cuGraphLaunch failed with CUresult {rc}{_err_name(rc)}")
         else:
             self._enqueue(stream, sync)
-        self._launches += 1
-        if self.blocking:
-            self._drv.call("cuStreamSynchronize", stream)
-        if release_workspace:
-            self.release_workspace()
 
     def graph(self, stream: int = 0) -> int:
         """The CUgraph (int) that execute() launches; captured now if needed.
@@ -371,6 +390,7 @@ class CudaExecutable:
         if self._freed:
             return
         self._freed = True
+        self._bound = False
         self._in_owner = None
         self._check.free()
         rt = self.rt
@@ -400,6 +420,7 @@ class CudaExecutable:
             if getattr(self, "_freed", True) or self.rt.stopped:
                 return
             self._freed = True
+            self._bound = False
             self._check.free()
             self._destroy_exec()
             sym = [p for p in (self._send, self._recv) if p]

@@ -84,7 +84,7 @@ class MirrorExecutable:
 
     # -- execution -------------------------------------------------------------------------------
 
-    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+    def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
                 problem: collective.Problem | None = None) -> None:
         drv = self.rt.driver
         if problem is None and not self._bound:

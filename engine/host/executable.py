@@ -374,7 +374,7 @@ class HostExecutable:
 
     # -- the hot path -----------------------------------------------------------------------
 
-    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+    def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
                 problem: collective.Problem | None = None) -> None:
         """Collective, blocking: agree on the call (see the module docstring), then exchange."""
         if problem is None and not self._bound:

@@ -154,7 +154,7 @@ class PushExecutable:
 
     # -- the hot path -----------------------------------------------------------------------
 
-    def execute(self, stream: int = 0, *, sync: bool = True, release_workspace: bool = False,
+    def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
                 problem: collective.Problem | None = None) -> None:
         """Collective, blocking: agree (status messages: also the credit), store, arrive."""
         MPI, copyto = self._MPI, np.copyto

@@ -440,6 +440,9 @@ class _Driver:
     def cuStreamSynchronize(self, s):
         return 0
 
+    def cuGraphLaunch(self, exec_, stream):
+        raise AssertionError("the simulation runs eagerly (graphs = False): no graph is launched")
+
     def call(self, name, *args):
         if name == "cuMemcpyHtoDAsync":
             dst, src, n, _ = args
