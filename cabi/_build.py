@@ -35,7 +35,7 @@ typedef struct redist_options_s {
     int32_t transport;
     int32_t host_method;
     int32_t blocking;
-    int32_t reserved;
+    int32_t signal;
 } redist_options_t;
 extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int64_t *,
                                           const int64_t *, const int64_t *, const int64_t *, int64_t,

@@ -222,6 +222,7 @@ def _comm_rank(rank_p, nranks_p):
 
 _TRANSPORTS = ("auto", "push", "put")
 _HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw", "push")
+_SIGNALS = ("epoch", "barrier")  # redist_signal_t order
 _OPTIONS_VERSION = 1
 
 
@@ -249,10 +250,11 @@ def _options(ptr, order: int) -> dict:
         raise ValueError(f"options->host_method must be a redist_host_method_t (0..5), got {ptr.host_method}")
     if ptr.blocking not in (0, 1):
         raise ValueError(f"options->blocking must be 0 or 1, got {ptr.blocking}")
-    if ptr.reserved != 0:
-        raise ValueError(f"options->reserved must be 0, got {ptr.reserved}")
+    if not 0 <= ptr.signal < len(_SIGNALS):
+        raise ValueError(f"options->signal must be a redist_signal_t (0..1), got {ptr.signal}")
     return {"result_layout": "CF"[ptr.order], "transport": _TRANSPORTS[ptr.transport],
-            "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto"}
+            "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto",
+            "signal": _SIGNALS[ptr.signal]}
 
 
 def _create(handle_p, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_size, order, memory,

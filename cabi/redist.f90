@@ -67,6 +67,9 @@ module redist
   integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_PACK = 3      !< pack / unpack via staging
   integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_ALLTOALLW = 4 !< persistent MPI-4 Alltoallw
   integer(c_int32_t), parameter, public :: REDIST_HOST_METHOD_PUSH = 5      !< one node: shared-memory stores
+  ! redist_signal_t
+  integer(c_int32_t), parameter, public :: REDIST_SIGNAL_EPOCH = 0          !< device epochs, no NVSHMEM barrier
+  integer(c_int32_t), parameter, public :: REDIST_SIGNAL_BARRIER = 1        !< NVSHMEM team barriers
   integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 1       !< version of redist_options_t
 
   !> Options of redist_create_ex (C: redist_options_t). Set them up with redist_options_init_f,
@@ -78,7 +81,7 @@ module redist
     integer(c_int32_t) :: transport = 0_c_int32_t     !< REDIST_TRANSPORT_*
     integer(c_int32_t) :: host_method = 0_c_int32_t   !< REDIST_HOST_METHOD_*
     integer(c_int32_t) :: blocking = 0_c_int32_t      !< 1: device execution waits for the result
-    integer(c_int32_t) :: reserved = 0_c_int32_t      !< must be 0
+    integer(c_int32_t) :: signal = 0_c_int32_t        !< REDIST_SIGNAL_*
   end type redist_options_t
 
   ! redist_initialize() arguments
@@ -312,7 +315,7 @@ contains
     options%transport = REDIST_TRANSPORT_AUTO
     options%host_method = REDIST_HOST_METHOD_AUTO
     options%blocking = 0_c_int32_t
-    options%reserved = 0_c_int32_t
+    options%signal = REDIST_SIGNAL_EPOCH
   end subroutine redist_options_init_f
 
   !> A C string (const char *) as a Fortran string ("" for a null pointer).

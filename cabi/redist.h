@@ -85,6 +85,12 @@ typedef enum {
     REDIST_HOST_METHOD_PUSH = 5       /**< one node: peers store into each other's results (shared memory) */
 } redist_host_method_t;
 
+/** How the CUDA graphs of ranks order one another (RedistributeOptions.signal). */
+typedef enum redist_signal_e {
+    REDIST_SIGNAL_EPOCH = 0,   /**< no NVSHMEM barrier: device epoch counters, credits, arrivals */
+    REDIST_SIGNAL_BARRIER = 1  /**< NVSHMEM team barriers at entry and exit */
+} redist_signal_t;
+
 /** The version of ::redist_options_t this header describes. */
 #define REDIST_OPTIONS_VERSION (1)
 
@@ -102,14 +108,14 @@ typedef struct redist_options_s {
     int32_t transport;   /**< ::redist_transport_t; default AUTO */
     int32_t host_method; /**< ::redist_host_method_t; default AUTO */
     int32_t blocking;    /**< 1: device execution waits for the result; 0 (default): returns once launched */
-    int32_t reserved;    /**< must be 0 */
+    int32_t signal;      /**< ::redist_signal_t of the CUDA graphs; default EPOCH */
 } redist_options_t;
 
 /** @brief Default options, with `struct_size` and `version` set (no Python needed). */
 static inline void redist_options_init(redist_options_t *options)
 {
     redist_options_t defaults = {sizeof(redist_options_t), REDIST_OPTIONS_VERSION, REDIST_ORDER_C,
-                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, 0};
+                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH};
     *options = defaults;
 }
 

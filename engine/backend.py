@@ -44,7 +44,7 @@ __all__ = [
 
 TRANSPORTS = ("auto", "push", "put")
 HOST_METHODS = ("auto", "push", "hybrid", "datatype", "pack", "alltoallw")
-SIGNALS = ("barrier",)
+SIGNALS = ("epoch", "barrier")
 
 #: backend name -> module whose ``lower(plan, ctx, options)`` makes its Executable
 BACKENDS = {"host": "redist.engine.host", "cuda": "redist.engine.cuda", "cuda-mirror": "redist.engine.cuda.mirror"}
@@ -119,7 +119,7 @@ class LowerOptions:
     backend: str = "host"
     transport: str = "auto"
     host_method: str = "auto"
-    signal: str = "barrier"
+    signal: str = "epoch"
     blocking: bool = False
     logger: logging.Logger | None = None
 

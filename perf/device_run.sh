@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi
+#   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312) and, for bench-old, .old (a worktree of
 # the commit to compare with). One rank per GPU unless a step says otherwise ("shared": several
 # ranks on one GPU, REDIST_SHARED_GPU=1).
@@ -22,7 +23,7 @@ for s in "$@"; do
     timeout 540 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda.py tests/unit/test_cuda_compile.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15 ;;
   shared)
     step "GPU tests, several ranks on one GPU"
-    REDIST_SHARED_GPU=1 timeout 540 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda.py -k shared 2>&1 | tee "$OUT/pytest_shared.txt" | tail -15 ;;
+    REDIST_SHARED_GPU=1 timeout ${SHARED_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda.py tests/cabi/test_cabi.py -k "shared and (${SHARED_K:-P2})" 2>&1 | tee -a "$OUT/pytest_shared.txt" | tail -15 ;;
   cabi)
     step "C ABI device example"
     timeout 300 python3 -m pytest -q -p no:cacheprovider tests/cabi/test_cabi.py -k device 2>&1 | tee "$OUT/pytest_cabi_gpu.txt" | tail -5 ;;

@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .engine.backend import HOST_METHODS, TRANSPORTS
+from .engine.backend import HOST_METHODS, SIGNALS, TRANSPORTS
 from .engine.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["RedistributeOptions"]
@@ -49,6 +49,12 @@ class RedistributeOptions:
         "datatype" always MPI datatypes; "pack" always numpy pack/unpack; "alltoallw" one
         persistent MPI-4 ``Alltoallw_init`` (NotSupportedError where the MPI library lacks it).
         "auto" (default): "push" on one node (more than one rank), else "hybrid".
+    signal : "epoch" or "barrier"
+        CUDA backend only: how ranks order their graphs. "epoch" (default): no NVSHMEM barrier;
+        each graph keeps an epoch counter on the device, receivers post credits, senders post
+        arrivals (and NVSHMEM put-with-signal on the put path), each rank waits only for the
+        peers it talks to. "barrier": NVSHMEM team barriers at entry and exit (the wave-1 graphs;
+        unavailable when several ranks share a GPU).
     """
 
     logger: logging.Logger | None = None
@@ -57,6 +63,7 @@ class RedistributeOptions:
     transport: Literal["auto", "push", "put"] = "auto"
     result_layout: Literal["auto", "C", "F"] = "auto"
     host_method: Literal["auto", "push", "hybrid", "datatype", "pack", "alltoallw"] = "auto"
+    signal: Literal["epoch", "barrier"] = "epoch"
 
     def __post_init__(self):
         if self.blocking is not True and self.blocking != "auto":
@@ -69,6 +76,8 @@ class RedistributeOptions:
             raise InvalidValueError(f"result_layout must be 'auto', 'C' or 'F', got {self.result_layout!r}")
         if self.host_method not in HOST_METHODS:
             raise InvalidValueError(f"host_method must be one of {HOST_METHODS}, got {self.host_method!r}")
+        if self.signal not in SIGNALS:
+            raise InvalidValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger, got {type(self.logger).__name__}")
 

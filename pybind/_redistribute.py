@@ -215,7 +215,8 @@ class Redistribute:
                              out_order=self._out_order)
             o = self._options
             lower_opts = backend.LowerOptions(
-                backend=self._backend, transport=o.transport, host_method=o.host_method, blocking=o.blocking is True,
+                backend=self._backend, transport=o.transport, host_method=o.host_method, signal=o.signal,
+                blocking=o.blocking is True,
                 logger=self._logger if self._logger.isEnabledFor(logging.INFO) else None)
         exe = backend.lower(plan, ctx.engine, lower_opts)
         with collective.attempt(ctx.engine.comm, on_failure=exe.free):  # roll back on every rank

@@ -79,7 +79,11 @@ def _unregister(serial: int) -> None:
     _live.pop(serial, None)
 
 
-def _start(device_id, communicator) -> DistributedContext:
+def _shared_gpu_default() -> bool:
+    return os.environ.get("REDIST_SHARED_GPU", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _start(device_id, communicator, shared_gpu=None) -> DistributedContext:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD if communicator is None else communicator
@@ -101,27 +105,31 @@ def _start(device_id, communicator) -> DistributedContext:
             dev = cuda_runtime.resolve_device(own, device_id)
         cuda_rt = None
         if dev is not None:
-            cuda_rt = cuda_runtime.start(own, dev)
+            shared = _shared_gpu_default() if shared_gpu is None else bool(shared_gpu)
+            cuda_rt = cuda_runtime.start(own, dev, shared_gpu=shared)
     except BaseException:
         own.Free()
         raise
     return DistributedContext(pg, dev, cuda_rt, Context(own, cuda_rt))
 
 
-def initialize(device_id: int | str | None = None, communicator=None) -> None:
+def initialize(device_id: int | str | None = None, communicator=None, *, shared_gpu: bool | None = None) -> None:
     """Collective: bring up redist on ``communicator`` (default ``MPI.COMM_WORLD``).
 
     ``device_id``: None picks "local rank modulo visible GPUs" when every rank can use a GPU
     (and CPU-only otherwise); an integer forces that CUDA device; "cpu" never touches a GPU.
     The environment variable ``REDIST_DEVICE`` ("cpu" or an integer) sets the default. With a
     GPU, NVSHMEM is initialised here (UID bootstrap over the communicator).
+    ``shared_gpu``: let several ranks use one GPU (for tests and development: the processes
+    time-slice it; only ``signal="epoch"`` graphs run there). None reads ``REDIST_SHARED_GPU=1``.
+    It must be equal on every rank. Without it, two ranks on one GPU raise NotSupportedError.
     Raises InvalidStateError if redist is already initialised (call :func:`finalize` first).
     """
     global _ctx, _atexit_registered
     with _lock:
         if _ctx is not None:
             raise InvalidStateError("redist has already been initialized; call redist.finalize() first")
-        _ctx = _start(device_id, communicator)
+        _ctx = _start(device_id, communicator, shared_gpu)
         if not _atexit_registered:
             atexit.register(finalize)
             _atexit_registered = True

@@ -36,6 +36,25 @@ def gpu_count() -> int:
         return 0
 
 
+def shared_gpu() -> bool:
+    """REDIST_SHARED_GPU=1: GPU tests may put several ranks on one GPU."""
+    return os.environ.get("REDIST_SHARED_GPU", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def gpu_ranks(*counts):
+    """pytest parameters ``P1``, ``P2``...: rank counts a GPU test can run here (one GPU per rank, or
+    several ranks on one GPU under REDIST_SHARED_GPU=1; those ids end in ``-shared``)."""
+    import pytest
+
+    n = gpu_count()
+    out = []
+    for p in counts:
+        share = p > n >= 1 and shared_gpu()
+        out.append(pytest.param(p, id=f"P{p}" + ("-shared" if share else ""), marks=pytest.mark.skipif(
+            n < p and not share, reason=f"needs {p} GPUs (one per rank), or REDIST_SHARED_GPU=1 and one GPU")))
+    return out
+
+
 # --- boxes ---------------------------------------------------------------------------------
 
 

@@ -139,8 +139,8 @@ int main(int argc, char **argv)
             o.version = 2;
         if (strcmp(name, "create_ex_transport_garbage_last") == 0 && last())
             o.transport = 11;
-        if (strcmp(name, "create_ex_reserved_last") == 0 && last())
-            o.reserved = 1;
+        if (strcmp(name, "create_ex_signal_last") == 0 && last())
+            o.signal = 7;
         RUN(redist_create_ex(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a,
                              strcmp(name, "create_ex_null_options_ok") == 0 ? NULL : &o));
         if (st == REDIST_SUCCESS && RUN(redist_plan(h, NULL)) == REDIST_SUCCESS &&

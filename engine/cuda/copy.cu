@@ -17,7 +17,19 @@
 // Blocks are split among segments (seg.blk_begin / seg.blk_count); a block finds its segment by
 // binary search, then walks it grid-stride, REDIST_ILP independent vectors per thread per step.
 // Divisions by runtime extents use precomputed magic numbers (valid below 2^31; the host splits
-// larger segments). lower.py appends `extern "C"` wrappers instantiating copy_segments<...>.
+// larger segments). kernels.py appends `extern "C"` wrappers instantiating the templates below.
+//
+// Two kinds of kernel share the copy loop:
+//  * plain (copy_segments): the copy alone; a graph orders it with NVSHMEM barriers ("barrier").
+//  * epoch (epoch_segments): the barrier-free protocol ("epoch", see DESIGN.md). Each rank keeps a
+//    control block on the symmetric heap: its epoch counter, block counters, and per peer a credit
+//    (written by a destination: "you may write epoch e"), an arrival (written by a source: "my
+//    epoch-e stores into you are done") and a put signal (NVSHMEM's signal word of put-with-signal).
+//    Every block reads e = epoch + 1 and posts its credits (idempotent: any block that runs posts
+//    them, so no block depends on another being resident); a block whose segment goes to a peer
+//    waits for that peer's credit, an unpack block for its source's signal; the last block to
+//    finish (block counter, after a system fence) posts the arrivals, waits for its sources'
+//    arrivals and bumps the epoch. Stores of flags are st.release.sys, loads ld.acquire.sys.
 
 typedef unsigned long long u64;
 typedef long long i64;
@@ -34,7 +46,7 @@ struct Seg {
     u64 dst_mask;
     u64 bytes;                  // payload of this segment
     u32 row_bytes;              // contiguous bytes per row
-    u32 nouter;                 // outer dimensions in use (informational)
+    u32 peer;                   // the other rank (push/pack: destination, unpack: source); ~0 for local
     u32 blk_begin;              // first block of the grid that works on this segment
     u32 blk_count;              // number of blocks that work on it
     u32 run_mul[5];             // magic numbers for dividing by row_bytes / V, V = 1 << index
@@ -59,17 +71,39 @@ __device__ __forceinline__ u32 redist_fdiv(u32 n, u32 mul, u32 shr) {
     return mul ? (__umulhi(n, mul) >> shr) : n;
 }
 
-template <int V, int LOGV, u32 RUN_BYTES, int NOUT>
-__device__ __forceinline__ void copy_segments(const char* in_base, i64 out_delta, const Seg* __restrict__ table,
-                                              int nsegs) {
-    typedef typename VecT<V>::T T;
-    const u32 b = blockIdx.x;
+#define REDIST_NONE 0xffffffffu
+#define REDIST_CTL_EPOCH 0
+#define REDIST_CTL_DONE 1  // two u32 block counters: [0] copy kernel, [1] unpack kernel
+#define REDIST_CTL_PEERS 2 // then credit[P], arrive[P], signal[P]
+
+__device__ __forceinline__ void redist_st_release(u64* p, u64 v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ u64 redist_ld_acquire(const u64* p) {
+    u64 v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void redist_wait_at_least(const u64* p, u64 e) {
+    while (redist_ld_acquire(p) < e) __nanosleep(64);
+}
+
+__device__ __forceinline__ int redist_find_segment(const Seg* __restrict__ table, int nsegs, u32 b) {
     int lo = 0, hi = nsegs - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
         if (table[mid].blk_begin <= b) lo = mid; else hi = mid - 1;
     }
-    const Seg* sg = table + lo;
+    return lo;
+}
+
+// One block's share of one segment: rows of the segment, grid-stride over the segment's blocks.
+template <int V, int LOGV, u32 RUN_BYTES, int NOUT>
+__device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, u32 b, const char* in_base,
+                                                    i64 out_delta) {
+    typedef typename VecT<V>::T T;
     const u64 src0 = sg->src + ((u64)in_base & sg->src_mask);
     const u64 dst0 = sg->dst + ((u64)out_delta & sg->dst_mask);
     const u64 units = sg->bytes >> LOGV;
@@ -135,6 +169,74 @@ __device__ __forceinline__ void copy_segments(const char* in_base, i64 out_delta
 #pragma unroll
         for (int i = 0; i < REDIST_ILP; ++i) {
             if (d[i]) *d[i] = v[i];
+        }
+    }
+}
+
+// The plain kernel: the copy alone.
+template <int V, int LOGV, u32 RUN_BYTES, int NOUT>
+__device__ __forceinline__ void copy_segments(const char* in_base, i64 out_delta, const Seg* __restrict__ table,
+                                              int nsegs) {
+    const u32 b = blockIdx.x;
+    const Seg* sg = table + redist_find_segment(table, nsegs, b);
+    redist_copy_segment<V, LOGV, RUN_BYTES, NOUT>(sg, b, in_base, out_delta);
+}
+
+// The epoch kernels. UNPACK = 0: the copy kernel (local, push and pack segments; credits, arrivals);
+// UNPACK = 1: the unpack kernel of the put path (waits for each source's put signal).
+// proto: [ncredit] addresses of my credit slot in each source's control block,
+//        [narrive] addresses of my arrival slot in each push destination's control block,
+//        [nwait]   ranks of the push sources whose arrivals I wait for.
+// wait = 0 (sync_symmetric_memory=False) skips the push credit waits (never a pack's); bump = 1 in the
+// graph's last kernel.
+template <int V, int LOGV, u32 RUN_BYTES, int NOUT, int UNPACK>
+__device__ __forceinline__ void epoch_segments(const char* in_base, i64 out_delta, const Seg* __restrict__ table,
+                                               int nsegs, u64* ctl, const u64* __restrict__ proto, int nranks,
+                                               int ncredit, int narrive, int nwait, int wait, int bump) {
+    __shared__ u64 e_sh;
+    __shared__ int last_sh;
+    const u32 b = blockIdx.x;
+    if (threadIdx.x == 0) {
+        const u64 e = *(volatile u64*)(ctl + REDIST_CTL_EPOCH) + 1;
+        e_sh = e;
+        if (!UNPACK) {
+            for (int i = 0; i < ncredit; ++i) redist_st_release((u64*)proto[i], e);
+        }
+    }
+    __syncthreads();
+    const u64 e = e_sh;
+    if (nsegs > 0) {
+        const Seg* sg = table + redist_find_segment(table, nsegs, b);
+        if (threadIdx.x == 0 && sg->peer != REDIST_NONE) {
+            if (UNPACK) {
+                redist_wait_at_least(ctl + REDIST_CTL_PEERS + 2 * nranks + sg->peer, e);
+            } else if (wait || sg->dst_mask == 0) {
+                // a pack into send staging always waits: the put after this kernel overwrites the
+                // destination's receive staging, which must be unpacked first
+                redist_wait_at_least(ctl + REDIST_CTL_PEERS + sg->peer, e);
+            }
+        }
+        __syncthreads();
+        redist_copy_segment<V, LOGV, RUN_BYTES, NOUT>(sg, b, in_base, out_delta);
+    }
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {  // a one-block grid (tiny plans) needs no block counter
+        u32* done = reinterpret_cast<u32*>(ctl + REDIST_CTL_DONE) + UNPACK;
+        last_sh = gridDim.x == 1 || atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last_sh && threadIdx.x == 0) {
+        __threadfence_system();
+        if (!UNPACK) {
+            for (int j = 0; j < narrive; ++j) redist_st_release((u64*)proto[ncredit + j], e);
+            for (int i = 0; i < nwait; ++i)
+                redist_wait_at_least(ctl + REDIST_CTL_PEERS + nranks + proto[ncredit + narrive + i], e);
+        }
+        if (gridDim.x > 1) reinterpret_cast<u32*>(ctl + REDIST_CTL_DONE)[UNPACK] = 0;
+        if (bump) {
+            __threadfence();
+            *(volatile u64*)(ctl + REDIST_CTL_EPOCH) = e;
         }
     }
 }

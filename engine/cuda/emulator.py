@@ -32,6 +32,8 @@ def emulate_job(
     out_delta: int = 0,
     seg_limit: int = K.SEG_LIMIT,
     sm_count: int = 132,
+    signal: str = "epoch",
+    epochs: int = 2,
 ) -> tuple[list[np.ndarray], list[LaunchList]]:
     """Run every rank's launch list on host memory through the kernel's index maths.
 
@@ -43,7 +45,7 @@ def emulate_job(
     """
     p = len(plans)
     lls = [
-        build_launch_list(pl, reach, transport=transport, seg_limit=seg_limit, sm_count=sm_count)
+        build_launch_list(pl, reach, transport=transport, signal=signal, seg_limit=seg_limit, sm_count=sm_count)
         for pl in plans
     ]
     # A fake address space: regions far apart.
@@ -103,18 +105,57 @@ def emulate_job(
             store=store,
         )
 
-    # Phase order mirrors the graph: copy kernels everywhere, then puts, then unpacks.
-    for r in range(p):
-        k = lls[r].kernel("copy")
-        if k is not None:
-            run_kernel(r, k)
-    for r in range(p):
-        for st in lls[r].steps:
-            if st.op == "put":
-                src = regions[sendb[r]][st.src_offset : st.src_offset + st.nbytes]
-                regions[recvb[st.pe]][st.dst_offset : st.dst_offset + st.nbytes] = src
-    for r in range(p):
-        k = lls[r].kernel("unpack")
-        if k is not None:
-            run_kernel(r, k)
+    # The epoch protocol's flags, per rank, as the control block holds them.
+    epoch = [0] * p
+    credit = np.zeros((p, p), np.int64)  # credit[r, d]: d let r write epoch credit[r, d]
+    arrive = np.zeros((p, p), np.int64)  # arrive[r, s]: s finished writing into r for that epoch
+    signal = np.zeros((p, p), np.int64)  # signal[r, s]: puts of s landed in r (+1 each)
+
+    def check_waits(r: int, k: KernelStep, e: int) -> None:
+        """What rank r's epoch kernel waits for must have been posted (else it would hang)."""
+        for seg in k.segments:
+            if seg.role in ("push", "pack"):
+                assert credit[r, seg.peer] >= e, f"rank {r} would wait forever for the credit of {seg.peer}"
+            elif seg.role == "unpack":
+                assert signal[r, seg.peer] >= e, f"rank {r} would wait forever for the put signal of {seg.peer}"
+
+    for _ in range(epochs):
+        e_of = [epoch[r] + 1 for r in range(p)]
+        # Phase order mirrors the graph: credits, copy kernels everywhere, then puts, then unpacks.
+        for r in range(p):
+            k = lls[r].kernel("copy")
+            if k is not None and k.kind == "epoch":
+                for src in k.credit_to:
+                    credit[src, r] = e_of[r]
+            for st in lls[r].steps:
+                if st.op == "credit":
+                    credit[st.pe, r] += 1
+        for r in range(p):
+            k = lls[r].kernel("copy")
+            if k is not None:
+                if k.kind == "epoch":
+                    check_waits(r, k, e_of[r])
+                if k.segments:
+                    run_kernel(r, k)
+                for dst in k.arrive_to:
+                    arrive[dst, r] = e_of[r]
+        for r in range(p):
+            k = lls[r].kernel("copy")
+            for src in (k.wait_for if k is not None else ()):
+                assert arrive[r, src] >= e_of[r], f"rank {r} would wait forever for the arrival of {src}"
+            for st in lls[r].steps:
+                if st.op == "put":
+                    src = regions[sendb[r]][st.src_offset : st.src_offset + st.nbytes]
+                    regions[recvb[st.pe]][st.dst_offset : st.dst_offset + st.nbytes] = src
+                    signal[st.pe, r] += int(st.signal)
+        for r in range(p):
+            k = lls[r].kernel("unpack")
+            if k is not None:
+                if k.kind == "epoch_unpack":
+                    check_waits(r, k, e_of[r])
+                run_kernel(r, k)
+        for r in range(p):
+            if any(k.bump for k in lls[r].kernels):
+                epoch[r] = e_of[r]
+        assert all(epoch[r] == epoch[0] for r in range(p) if lls[r].signal == "epoch"), epoch
     return [regions[outb[r]][out_delta : out_delta + rb].copy() for r in range(p)], lls

@@ -20,7 +20,9 @@ from ..buffer import Buffer
 from ..errors import CudaError, InvalidStateError
 from ..plan import Plan
 from . import kernels as K
-from .launch_list import KernelStep, LaunchList, align_of, table_rows
+from .launch_list import KernelStep, LaunchList, align_of, protocol_rows, table_rows
+
+_SIGNAL_ADD = 10  # NVSHMEM_SIGNAL_ADD (nvshmem.bindings.Signal_op.SIGNAL_ADD)
 
 __all__ = ["CudaExecutable"]
 
@@ -79,7 +81,15 @@ class CudaExecutable:
                              owner=self)
         if ll.any_put:
             self._alloc_staging()
+        self._epoch = ll.signal == "epoch"
+        self._ctl = 0  # the epoch protocol's control block (symmetric), zeroed
+        self._protos: list[int] = []  # device arrays of the epoch kernels' peer addresses
+        self._wait = True  # the copy kernel's credit wait (sync_symmetric_memory)
+        if self._epoch:
+            self._ctl = rt.sym_alloc(8 * K.ctl_words(rt.nranks), owner="engine")
         with collective.attempt(rt.comm, on_failure=self.free):
+            if self._ctl:
+                rt.htod(self._ctl, np.zeros(K.ctl_words(rt.nranks), np.uint64))
             self._peer_out = {
                 d: (self.result_ptr if d == rt.rank else rt.peer_ptr(self.result_ptr, d))
                 for d in range(rt.nranks)
@@ -95,7 +105,9 @@ class CudaExecutable:
                 tptr = rt.dev_alloc(table.nbytes)
                 rt.htod(tptr, table)
                 widths = {v: f for v, f in funcs[k.name].items() if v <= k.vmax}
-                kern = _Kernel(k, KernelLaunch(self._drv, widths, k.grid, K.BLOCK, tptr, len(k.segments)), tptr)
+                protocol = self._protocol(k) if k.kind != "plain" else ()
+                kern = _Kernel(k, KernelLaunch(self._drv, widths, k.grid, K.BLOCK, tptr, len(k.segments), protocol),
+                               tptr)
                 self._kernels[k.name] = kern
                 kern.launch.set_vec(self._pick(kern))
             self._in_kernels = [x for x in self._kernels.values() if x.step.reads_input]
@@ -114,6 +126,26 @@ class CudaExecutable:
         rows = table_rows(k, output=lambda d: self._peer_out[d], send=self._send, recv=self._recv)
         return K.pack_table(rows)
 
+    def _peer_ctl(self, pe: int) -> int:
+        rt = self.rt
+        ptr = self._ctl if pe == rt.rank else rt.peer_ptr(self._ctl, pe)
+        if not ptr:
+            raise CudaError(f"nvshmem_ptr(control block, {pe}) is NULL although peer {pe} was found reachable")
+        return ptr
+
+    def _protocol(self, k: KernelStep) -> tuple:
+        """The epoch kernel's protocol arguments (its peer-address array goes to device memory)."""
+        rt = self.rt
+        proto = protocol_rows(k, ctl=self._peer_ctl, me=rt.rank, nranks=rt.nranks)
+        ptr = rt.dev_alloc(proto.nbytes)
+        rt.htod(ptr, proto)
+        self._protos.append(ptr)
+        return (self._ctl, ptr, rt.nranks, len(k.credit_to), len(k.arrive_to), len(k.wait_for), 1, int(k.bump))
+
+    def _signal_slot(self, which: int) -> int:
+        """This rank's slot in a control block (symmetric address): 0 credit, 1 arrival, 2 put signal."""
+        return self._ctl + 8 * (K.CTL_PEERS + which * self.rt.nranks + self.rt.rank)
+
     def _pick(self, kern: _Kernel) -> int:
         v = min(kern.pick_vec(), self._base_align)
         while v not in kern.launch.funcs:
@@ -127,23 +159,35 @@ class CudaExecutable:
             if st.op == "put"
         ]
 
+    def _nvshmem_step(self, st, stream: int, puts, warm: bool = False) -> None:
+        """Enqueue one NVSHMEM step. Signals add 1 per execute (replay-safe; 0 when warming up)."""
+        nb, op = self.rt.nb, st.op
+        if op == "sync_all":
+            nb.sync_all_on_stream(stream)
+        elif op == "barrier_all":
+            nb.barrier_all_on_stream(stream)
+        elif op == "quiet":
+            nb.quiet_on_stream(stream)
+        elif op == "put":
+            dst, src, n, pe = next(puts)
+            if st.signal:
+                nb.putmem_signal_nbi_on_stream(dst, src, n, self._signal_slot(2), 0 if warm else 1, _SIGNAL_ADD,
+                                               pe, stream)
+            else:
+                nb.putmem_nbi_on_stream(dst, src, n, pe, stream)
+        elif op == "credit":  # a source this rank cannot store into: NVSHMEM signal +1 into its credit slot
+            nb.signal_op_on_stream(self._signal_slot(0), 0 if warm else 1, _SIGNAL_ADD, st.pe, stream)
+
     def _warm_up(self) -> None:
         """NVSHMEM's on-stream ops run once uncaptured before any capture (lazy set-up inside)."""
         ll = self.launch_list
         if not any(st.op != "kernel" for st in ll.steps):
             return
-        nb, s = self.rt.nb, self.rt.stream
+        s = self.rt.stream
         puts = iter(self._puts)
         for st in ll.steps:
-            if st.op == "sync_all":
-                nb.sync_all_on_stream(s)
-            elif st.op == "barrier_all":
-                nb.barrier_all_on_stream(s)
-            elif st.op == "quiet":
-                nb.quiet_on_stream(s)
-            elif st.op == "put":
-                dst, src, n, pe = next(puts)
-                nb.putmem_nbi_on_stream(dst, src, n, pe, s)
+            if st.op != "kernel":
+                self._nvshmem_step(st, s, puts, warm=True)
         self._drv.call("cuStreamSynchronize", s)
 
     # -- binding (the hot path of reset_operand_unchecked / out=) -------------------------------
@@ -231,7 +275,6 @@ class CudaExecutable:
     # -- execution ------------------------------------------------------------------------------
 
     def _enqueue(self, stream: int, sync: bool, cap=None) -> None:
-        nb = self.rt.nb
         puts = iter(self._puts)
         for st in self.launch_list.steps:
             op = st.op
@@ -243,19 +286,14 @@ class CudaExecutable:
                     if len(nodes) != 1:
                         raise CudaError(f"expected one captured node for the {st.kernel.name} kernel, got {len(nodes)}")
                     self._captured_kernels.append((kern, nodes[0]))
-            elif op == "sync_all":
-                if st.toggle and not sync and cap is None:
+            elif op == "sync_all" and st.toggle:
+                if not sync and cap is None:
                     continue
-                nb.sync_all_on_stream(stream)
-                if cap is not None and st.toggle:
+                self.rt.nb.sync_all_on_stream(stream)
+                if cap is not None:
                     self._captured_toggles.extend(cap.mark())
-            elif op == "barrier_all":
-                nb.barrier_all_on_stream(stream)
-            elif op == "quiet":
-                nb.quiet_on_stream(stream)
-            elif op == "put":
-                dst, src, n, pe = next(puts)
-                nb.putmem_nbi_on_stream(dst, src, n, pe, stream)
+            else:
+                self._nvshmem_step(st, stream, puts)
 
     def _instantiate(self):
         from cuda.bindings import driver
@@ -301,6 +339,8 @@ class CudaExecutable:
             offset = self.rt.heap_offset(self.output_ptr)
             self._check.check(problem, hash((offset, bool(sync), bool(release_workspace))),
                               what=(f"out= at heap offset {offset}", bool(sync), bool(release_workspace)))
+        if sync is not self._wait and bool(sync) != self._wait:
+            self._set_wait(bool(sync))
         ge = self._exec
         if ge is not None and graph is not False and not self._need_workspace:  # the usual call
             if sync is not ge.toggle_enabled and ge.toggle_nodes and bool(sync) != ge.toggle_enabled:
@@ -316,6 +356,14 @@ class CudaExecutable:
             self._drv.call("cuStreamSynchronize", stream)
         if release_workspace:
             self.release_workspace()
+
+    def _set_wait(self, wait: bool) -> None:
+        """sync_symmetric_memory in epoch mode: the copy kernel's credit wait (a node update)."""
+        self._wait = wait
+        for kern in self._kernels.values():
+            if kern.launch.a_wait is not None:
+                kern.launch.a_wait.value = int(wait)
+                kern.launch.update()
 
     def _execute_slow(self, stream: int, sync: bool, graph: bool | None) -> None:
         """The first execute (capture), one after release_workspace, or an eager one."""
@@ -402,11 +450,13 @@ class CudaExecutable:
             self._destroy_exec()
             for kern in self._kernels.values():
                 rt.dev_free(kern.table_ptr)
-            self._kernels = {}
-            for p in (self._send, self._recv):
+            for p in self._protos:
+                rt.dev_free(p)
+            self._kernels, self._protos = {}, []
+            for p in (self._send, self._recv, self._ctl):  # the order of allocation: the same on every rank
                 if p:
                     rt.sym_free(p)
-            self._send = self._recv = 0
+            self._send = self._recv = self._ctl = 0
             if self.result_ptr and not self._detached:
                 rt.sym_free(self.result_ptr)
             self.result_ptr = 0
@@ -423,10 +473,10 @@ class CudaExecutable:
             self._bound = False
             self._check.free()
             self._destroy_exec()
-            sym = [p for p in (self._send, self._recv) if p]
+            sym = [p for p in (self._send, self._recv, self._ctl) if p]
             if self.result_ptr and not self._detached:
                 sym.append(self.result_ptr)
-            self.rt.retire(self.serial, sym, [k.table_ptr for k in self._kernels.values()])
+            self.rt.retire(self.serial, sym, [k.table_ptr for k in self._kernels.values()] + self._protos)
         except Exception:  # noqa: BLE001, S110 -- never raise from a finalizer
             pass
 

@@ -146,10 +146,13 @@ def driver_api() -> Driver:
 class KernelLaunch:
     """One kernel of a plan, launchable eagerly or into a capture, and rebindable in graphs.
 
-    Kernel signature (copy.cu): ``(const char* in_base, i64 out_delta, const Seg* table, int nsegs)``.
+    Kernel signature (copy.cu): ``(const char* in_base, i64 out_delta, const Seg* table, int nsegs,
+    ...protocol)``; the epoch kernels add ``(u64* ctl, const u64* proto, int nranks, int ncredit,
+    int narrive, int nwait, int wait, int bump)`` (``protocol``: those eight values).
     """
 
-    def __init__(self, drv: Driver, funcs: dict[int, int], grid: int, block: int, table_ptr: int, nsegs: int):
+    def __init__(self, drv: Driver, funcs: dict[int, int], grid: int, block: int, table_ptr: int, nsegs: int,
+                 protocol: tuple = ()):
         self.drv = drv
         self.funcs = dict(funcs)  # vector width -> CUfunction (int)
         self.vec = max(self.funcs)
@@ -157,9 +160,15 @@ class KernelLaunch:
         self.a_delta = ctypes.c_longlong(0)
         self.a_table = ctypes.c_void_p(table_ptr)
         self.a_nsegs = ctypes.c_int(nsegs)
-        self._argv = (ctypes.c_void_p * 4)(
-            *(ctypes.addressof(a) for a in (self.a_in, self.a_delta, self.a_table, self.a_nsegs))
-        )
+        args = [self.a_in, self.a_delta, self.a_table, self.a_nsegs]
+        self.a_wait = None
+        if protocol:
+            ctl, proto, nranks, ncredit, narrive, nwait, wait, bump = protocol
+            self.a_wait = ctypes.c_int(wait)
+            args += [ctypes.c_void_p(ctl), ctypes.c_void_p(proto), ctypes.c_int(nranks), ctypes.c_int(ncredit),
+                     ctypes.c_int(narrive), ctypes.c_int(nwait), self.a_wait, ctypes.c_int(bump)]
+        self._args = args  # keep the ctypes values alive: argv points at them
+        self._argv = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
         p = KernelNodeParams()
         p.func = self.funcs[self.vec]
         p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1

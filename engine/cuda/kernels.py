@@ -24,6 +24,10 @@ import numpy as np
 
 __all__ = [
     "BLOCK",
+    "CTL_PEERS",
+    "KINDS",
+    "NO_PEER",
+    "ctl_words",
     "ILP",
     "MAXD",
     "SEG_DTYPE",
@@ -53,7 +57,7 @@ SEG_DTYPE = np.dtype(
         ("dst_mask", "<u8"),
         ("bytes", "<u8"),
         ("row_bytes", "<u4"),
-        ("nouter", "<u4"),
+        ("peer", "<u4"),
         ("blk_begin", "<u4"),
         ("blk_count", "<u4"),
         ("run_mul", "<u4", (5,)),
@@ -84,8 +88,22 @@ def fast_divmod_params(d: int) -> tuple[int, int]:
     return mul, p - 32
 
 
-def kernel_name(run_bytes: int, nout: int, vec: int) -> str:
-    return f"redist_copy_r{run_bytes}_n{nout}_v{vec}"
+#: the kernel kinds of a family: the plain copy, the epoch protocol's copy and its unpack
+KINDS = ("plain", "epoch", "epoch_unpack")
+_PREFIX = {"plain": "redist_copy", "epoch": "redist_epoch", "epoch_unpack": "redist_epoch_unpack"}
+#: the peer field of segments that stay on this rank
+NO_PEER = 0xFFFFFFFF
+#: control block (u64 words): epoch, two u32 block counters, then credit[P], arrive[P], signal[P]
+CTL_PEERS = 2
+
+
+def ctl_words(nranks: int) -> int:
+    """u64 words of one control block of the epoch protocol."""
+    return CTL_PEERS + 3 * nranks
+
+
+def kernel_name(run_bytes: int, nout: int, vec: int, kind: str = "plain") -> str:
+    return f"{_PREFIX[kind]}_r{run_bytes}_n{nout}_v{vec}"
 
 
 def family_widths(run_bytes: int) -> tuple[int, ...]:
@@ -99,17 +117,26 @@ def _template() -> str:
         return f.read()
 
 
-def family_source(run_bytes: int, nout: int) -> str:
-    """copy.cu plus the ``extern "C"`` wrappers of one family."""
+def family_source(run_bytes: int, nout: int, kind: str = "plain") -> str:
+    """copy.cu plus the ``extern "C"`` wrappers of one family, for one kind of kernel."""
     if not 0 <= nout <= MAXD:
         raise ValueError(f"nout must be in [0, {MAXD}], got {nout}")
-    lines = [_template(), "", f"// family run_bytes={run_bytes} nout={nout}"]
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    lines = [_template(), "", f"// family run_bytes={run_bytes} nout={nout} kind={kind}"]
     for v in family_widths(run_bytes):
-        lines.append(
-            f'extern "C" __global__ void __launch_bounds__(REDIST_BLOCK) {kernel_name(run_bytes, nout, v)}('
-            f"const char* in_base, i64 out_delta, const Seg* table, int nsegs) "
-            f"{{ copy_segments<{v}, {v.bit_length() - 1}, {run_bytes}u, {nout}>(in_base, out_delta, table, nsegs); }}"
-        )
+        t = f"{v}, {v.bit_length() - 1}, {run_bytes}u, {nout}"
+        head = f'extern "C" __global__ void __launch_bounds__(REDIST_BLOCK) {kernel_name(run_bytes, nout, v, kind)}('
+        if kind == "plain":
+            lines.append(f"{head}const char* in_base, i64 out_delta, const Seg* table, int nsegs) "
+                         f"{{ copy_segments<{t}>(in_base, out_delta, table, nsegs); }}")
+        else:
+            lines.append(
+                f"{head}const char* in_base, i64 out_delta, const Seg* table, int nsegs, u64* ctl, const u64* proto, "
+                f"int nranks, int ncredit, int narrive, int nwait, int wait, int bump) "
+                f"{{ epoch_segments<{t}, {int(kind == 'epoch_unpack')}>(in_base, out_delta, table, nsegs, ctl, "
+                f"proto, nranks, ncredit, narrive, nwait, wait, bump); }}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -117,13 +144,13 @@ _compile_lock = threading.Lock()
 _compiled: dict[tuple, object] = {}
 
 
-def compile_family(run_bytes: int, nout: int, arch: str = "90"):
-    """NVRTC-compile one family to a cubin for ``sm_<arch>``; cached per process. Returns ObjectCode.
+def compile_family(run_bytes: int, nout: int, arch: str = "90", kind: str = "plain"):
+    """NVRTC-compile one family (one kind) to a cubin for ``sm_<arch>``; cached per process.
 
-    Cubin, not PTX: PTX from an NVRTC newer than the driver would not load.
+    Returns ObjectCode. Cubin, not PTX: PTX from an NVRTC newer than the driver would not load.
     """
     arch = str(arch).removeprefix("sm_")
-    src = family_source(run_bytes, nout)
+    src = family_source(run_bytes, nout, kind)
     key = (arch, hashlib.sha256(src.encode()).hexdigest())
     with _compile_lock:
         obj = _compiled.get(key)
@@ -133,12 +160,12 @@ def compile_family(run_bytes: int, nout: int, arch: str = "90"):
 
         from ..errors import CudaError
 
-        opts = ProgramOptions(arch=f"sm_{arch}", std="c++17", name=f"redist_copy_r{run_bytes}_n{nout}.cu")
+        opts = ProgramOptions(arch=f"sm_{arch}", std="c++17", name=f"{kernel_name(run_bytes, nout, 0, kind)}.cu")
         try:
             obj = Program(src, "c++", opts).compile("cubin")
         except Exception as e:
             raise CudaError(
-                f"NVRTC failed to compile the redist copy kernel (run_bytes={run_bytes}, nout={nout}, "
+                f"NVRTC failed to compile the redist copy kernel (run_bytes={run_bytes}, nout={nout}, kind={kind}, "
                 f"sm_{arch}): {e}"
             ) from e
         _compiled[key] = obj
@@ -149,7 +176,8 @@ def pack_table(rows: list[dict]) -> np.ndarray:
     """The device segment table (SEG_DTYPE records) from plain dicts.
 
     Each dict: src, dst (ints), src_rel, dst_rel (bools), bytes, row_bytes, outer (extents,
-    outermost first), sstride, dstride (byte strides), blk_begin, blk_count.
+    outermost first), sstride, dstride (byte strides), blk_begin, blk_count, and peer (the other
+    rank; :data:`NO_PEER` for a local segment; default NO_PEER).
     """
     tab = np.zeros(len(rows), dtype=SEG_DTYPE)
     for i, r in enumerate(rows):
@@ -164,7 +192,7 @@ def pack_table(rows: list[dict]) -> np.ndarray:
         n = len(outer)
         if n > MAXD:
             raise ValueError(f"segment has {n} outer dimensions, at most {MAXD} supported")
-        t["nouter"] = n
+        t["peer"] = r.get("peer", NO_PEER)
         t["blk_begin"] = r["blk_begin"]
         t["blk_count"] = r["blk_count"]
         for lv in range(5):

@@ -29,6 +29,7 @@ __all__ = [
     "Step",
     "align_of",
     "build_launch_list",
+    "protocol_rows",
     "push_matrix",
     "table_rows",
     "traffic_matrix",
@@ -84,7 +85,13 @@ class Segment:
 
 @dataclass(frozen=True)
 class KernelStep:
-    """One launch of the copy kernel: its segments, their blocks, and the kernel family."""
+    """One launch of the copy kernel: its segments, their blocks, the kernel family and kind.
+
+    ``kind`` is "plain" (the copy alone) or one of the epoch protocol's kernels, "epoch" (the
+    copy kernel: posts credits to ``credit_to``, arrivals to ``arrive_to``, waits for the
+    arrivals of ``wait_for``) and "epoch_unpack" (waits for each source's put signal); ``bump``:
+    this kernel ends the protocol round (the last of the graph) and bumps the epoch.
+    """
 
     name: str  # "copy" (local + push + pack) or "unpack"
     segments: tuple[Segment, ...]
@@ -94,6 +101,11 @@ class KernelStep:
     vmax: int  # widest vector every segment allows (bases and the bound pointers may lower it)
     reads_input: bool
     writes_output: bool
+    kind: str = "plain"
+    credit_to: tuple[int, ...] = ()
+    arrive_to: tuple[int, ...] = ()
+    wait_for: tuple[int, ...] = ()
+    bump: bool = False
 
     @property
     def grid(self) -> int:
@@ -109,7 +121,7 @@ class KernelStep:
 
     def kernel_names(self) -> list[str]:
         return [
-            K.kernel_name(self.run_bytes, self.nout, v)
+            K.kernel_name(self.run_bytes, self.nout, v, self.kind)
             for v in K.family_widths(self.run_bytes)
             if v <= self.vmax
         ]
@@ -118,26 +130,30 @@ class KernelStep:
         roles = ",".join(
             sorted({s.role for s in self.segments}, key=["local", "push", "pack", "unpack"].index)
         )
-        return f"kernel:{self.name}[{roles}]"
+        mark = "" if self.kind == "plain" else "(epoch)"
+        return f"kernel:{self.name}[{roles}]{mark}"
 
 
 @dataclass(frozen=True)
 class Step:
     """One node (group) of the graph, in capture order."""
 
-    op: str  # "sync_all" | "barrier_all" | "quiet" | "put" | "kernel"
+    op: str  # "sync_all" | "barrier_all" | "quiet" | "put" | "credit" | "kernel"
     toggle: bool = False  # sync_all only: the entry sync that sync_symmetric_memory=False disables
     kernel: KernelStep | None = None
-    pe: int = -1  # put: destination PE
+    pe: int = -1  # put / credit: the other PE
     src_offset: int = 0  # put: offset in this rank's send staging
     dst_offset: int = 0  # put: offset in the destination's receive staging
     nbytes: int = 0
+    signal: bool = False  # put: with a signal (+1 into the destination's signal slot of this rank)
 
     def label(self) -> str:
         if self.op == "kernel":
             return self.kernel.label()
         if self.op == "put":
-            return f"put->{self.pe}"
+            return f"put{'+signal' if self.signal else ''}->{self.pe}"
+        if self.op == "credit":
+            return f"credit->{self.pe}"
         return self.op + ("*" if self.toggle else "")
 
 
@@ -158,6 +174,7 @@ class LaunchList:
     send_staging_bytes: int  # symmetric staging sizes (0 when no rank puts)
     recv_staging_bytes: int
     transport: str = "auto"
+    signal: str = "barrier"
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -169,12 +186,14 @@ class LaunchList:
     def node_labels(self) -> list[str]:
         return [s.label() for s in self.steps]
 
-    def families(self) -> set[tuple[int, int]]:
-        return {k.family for k in self.kernels}
+    def families(self) -> set[tuple[int, int, str]]:
+        """(run_bytes, nout, kind) of every kernel: what lowering compiles."""
+        return {(*k.family, k.kind) for k in self.kernels}
 
     def describe(self) -> str:
         lines = [
-            f"CUDA launch list rank {self.rank}/{self.nranks} (transport={self.transport}): push to "
+            f"CUDA launch list rank {self.rank}/{self.nranks} (transport={self.transport}, "
+            f"signal={self.signal}): push to "
             f"{list(self.push_to)}, put to {list(self.put_to)}, unpack from {list(self.put_from)}; result "
             f"{self.result_bytes} B, staging send {self.send_staging_bytes} B recv {self.recv_staging_bytes} B",
             ("  graph: " + " -> ".join(self.node_labels())) if self.steps else "  graph: (empty)",
@@ -184,6 +203,9 @@ class LaunchList:
                 f"  {k.name}: grid {k.grid}x{K.BLOCK}, {len(k.segments)} segment(s), {k.nbytes} B, family "
                 f"run_bytes={k.run_bytes} nout={k.nout}, vector <= {k.vmax} B ({', '.join(k.kernel_names())})"
             )
+            if k.kind != "plain":
+                lines.append(f"    protocol: credits to {list(k.credit_to)}, arrivals to {list(k.arrive_to)}, waits "
+                             f"for {list(k.wait_for)}{', bumps the epoch' if k.bump else ''}")
             for s, b in zip(k.segments, k.blocks):
                 lines.append(
                     f"    {s.role:6s} peer {s.peer}: {s.nbytes} B, rows of {s.row_bytes} B, outer {s.outer}, "
@@ -301,10 +323,12 @@ def _segments(
     return _split(seg, limit)
 
 
-def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int) -> KernelStep | None:
-    if not segs:
+def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int, *, protocol: bool = False,
+                 **kw) -> KernelStep | None:
+    """The launch of ``segs`` (None when there are none, unless the protocol needs the kernel)."""
+    if not segs and not protocol:
         return None
-    nout = max(s.nouter for s in segs)
+    nout = max((s.nouter for s in segs), default=0)
     rows = {s.row_bytes for s in segs}
     run = rows.pop() if (len(rows) == 1 and nout > 0) else 0
     vmax = min([base_align] + [s.max_vec() for s in segs])
@@ -312,12 +336,13 @@ def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int)
     return KernelStep(
         name=name,
         segments=tuple(segs),
-        blocks=tuple(K.blocks_for([s.nbytes for s in segs], sm_count)),
+        blocks=tuple(K.blocks_for([s.nbytes for s in segs], sm_count)) if segs else (1,),
         run_bytes=run,
         nout=nout,
         vmax=vmax,
         reads_input=any(s.src_space == "input" for s in segs),
         writes_output=any(s.dst_space == "output" for s in segs),
+        **kw,
     )
 
 
@@ -326,20 +351,28 @@ def build_launch_list(
     reach=None,
     *,
     transport: str = "auto",
+    signal: str = "epoch",
     sm_count: int = 132,
     base_align: int = BASE_ALIGN,
     seg_limit: int = K.SEG_LIMIT,
 ) -> LaunchList:
-    """The graph of ``plan.rank``: pure, identical structure on every rank of the job.
+    """The graph of ``plan.rank``: pure; the same collective structure on every rank of the job.
 
     ``reach``: P x P booleans (s can load/store d's symmetric memory); None = all reachable
-    (one NVLink node). Graph shapes (``*`` = toggled by ``sync_symmetric_memory``):
+    (one NVLink node). ``signal``: "epoch" (barrier-free, the default) or "barrier". Graph shapes
+    (``*`` = toggled by ``sync_symmetric_memory``):
 
     * no exchange anywhere (one rank, or nothing crosses ranks): ``kernel:copy[local]``
-    * push only:  ``sync_all* -> kernel:copy[local,push] -> barrier_all``
-    * with puts:  ``[sync_all*] -> kernel:copy[local,push,pack] -> sync_all -> put... -> quiet ->
-      barrier_all -> kernel:unpack`` (the entry sync only when some pair pushes)
+    * epoch, push only: ``kernel:copy[local,push](epoch)`` (credits, stores, arrivals: one kernel)
+    * epoch, with puts: ``[credit...] -> kernel:copy[local,push,pack](epoch) -> put+signal... ->
+      kernel:unpack(epoch) -> quiet`` (credits as NVSHMEM signals only to sources that cannot be
+      stored into; the unpack of a source starts once its signal says its put landed)
+    * barrier, push only:  ``sync_all* -> kernel:copy[local,push] -> barrier_all``
+    * barrier, with puts:  ``[sync_all*] -> kernel:copy[local,push,pack] -> sync_all -> put... ->
+      quiet -> barrier_all -> kernel:unpack`` (the entry sync only when some pair pushes)
     """
+    if signal not in ("epoch", "barrier"):
+        raise InvalidValueError(f"signal must be 'epoch' or 'barrier', got {signal!r}")
     p, r, s = plan.nranks, plan.rank, plan.itemsize
     traffic = traffic_matrix(plan)
     if reach is None:
@@ -370,23 +403,39 @@ def build_launch_list(
             put_from.append(t.src)
             unpack_segs += _segments(t.unpack, s, "unpack", t.src, "recv", off, "output", r, 0, seg_limit)
 
-    k1 = _kernel_step("copy", copy_segs, sm_count, base_align)
-    k2 = _kernel_step("unpack", unpack_segs, sm_count, base_align)
     steps: list[Step] = []
-    if any_push:
-        steps.append(Step("sync_all", toggle=True))
-    if k1 is not None:
+    if signal == "epoch" and (any_push or any_put):
+        sources = [t.src for t in plan.recvs]
+        push_from = [t.src for t in plan.recvs if push[t.src, r]]
+        stored = [src for src in sources if reach[r, src]]  # credits stored through peer pointers
+        k1 = _kernel_step("copy", copy_segs, sm_count, base_align, protocol=True, kind="epoch",
+                          credit_to=tuple(stored), arrive_to=tuple(push_to), wait_for=tuple(push_from),
+                          bump=not put_from)
+        k2 = _kernel_step("unpack", unpack_segs, sm_count, base_align, kind="epoch_unpack", bump=True)
+        steps += [Step("credit", pe=src) for src in sources if not reach[r, src]]  # NVSHMEM signal +1
         steps.append(Step("kernel", kernel=k1))
-    if any_put:
-        steps.append(Step("sync_all"))  # receivers are done with their staging (previous unpack)
-        steps += puts
-        if puts:
-            steps.append(Step("quiet"))
-        steps.append(Step("barrier_all"))  # every put (and push) has landed
+        steps += [replace(st, signal=True) for st in puts]
         if k2 is not None:
             steps.append(Step("kernel", kernel=k2))
-    elif any_push:
-        steps.append(Step("barrier_all"))  # peers' writes into our result are complete
+        if puts:
+            steps.append(Step("quiet"))  # my puts are complete (joins NVSHMEM's internal streams)
+    else:
+        k1 = _kernel_step("copy", copy_segs, sm_count, base_align)
+        k2 = _kernel_step("unpack", unpack_segs, sm_count, base_align)
+        if any_push:
+            steps.append(Step("sync_all", toggle=True))
+        if k1 is not None:
+            steps.append(Step("kernel", kernel=k1))
+        if any_put:
+            steps.append(Step("sync_all"))  # receivers are done with their staging (previous unpack)
+            steps += puts
+            if puts:
+                steps.append(Step("quiet"))
+            steps.append(Step("barrier_all"))  # every put (and push) has landed
+            if k2 is not None:
+                steps.append(Step("kernel", kernel=k2))
+        elif any_push:
+            steps.append(Step("barrier_all"))  # peers' writes into our result are complete
     return LaunchList(
         rank=r,
         nranks=p,
@@ -401,6 +450,7 @@ def build_launch_list(
         send_staging_bytes=max(1, plan.max_send_staging_bytes) if any_put else 0,
         recv_staging_bytes=max(1, plan.max_recv_staging_bytes) if any_put else 0,
         transport=transport,
+        signal=signal if (any_push or any_put) else "none",
     )
 
 
@@ -427,7 +477,20 @@ def table_rows(step: KernelStep, *, output: Callable[[int], int], send: int = 0,
                 dstride=seg.dstride,
                 blk_begin=b0,
                 blk_count=nb,
+                peer=K.NO_PEER if seg.role == "local" else seg.peer,
             )
         )
         b0 += nb
     return rows
+
+
+def protocol_rows(step: KernelStep, *, ctl: Callable[[int], int], me: int, nranks: int) -> np.ndarray:
+    """The epoch kernel's ``proto`` array: the addresses of this rank's credit slot in each source's
+    control block, of its arrival slot in each push destination's, then the ranks waited for.
+
+    ``ctl(rank)`` = that rank's control block as mapped here (a peer pointer).
+    """
+    credit = [ctl(src) + 8 * (K.CTL_PEERS + me) for src in step.credit_to]
+    arrive = [ctl(dst) + 8 * (K.CTL_PEERS + nranks + me) for dst in step.arrive_to]
+    words = credit + arrive + list(step.wait_for)
+    return np.array([w & K.ALL_ONES for w in words] or [0], dtype=np.uint64)

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from .. import collective
-from ..errors import InvalidValueError, NotInitializedError
+from ..errors import InvalidValueError, NotInitializedError, NotSupportedError
 from ..plan import Plan
 from .executable import CudaExecutable
 from .launch_list import TRANSPORTS, build_launch_list
@@ -43,16 +43,21 @@ def lower(plan: Plan, ctx, options) -> CudaExecutable:
         rt.check_alive()
         if transport not in TRANSPORTS:
             raise InvalidValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        if options.signal == "barrier" and rt.shared_gpu and rt.nranks > 1:
+            raise NotSupportedError(
+                'signal="barrier" cannot run with several ranks on one GPU (REDIST_SHARED_GPU=1): NVSHMEM turns '
+                'its on-stream barriers into CPU spins there, which a CUDA graph cannot capture; use signal="epoch"'
+            )
         if plan.nranks != rt.nranks or plan.rank != rt.rank:
             raise InvalidValueError(f"plan is for rank {plan.rank}/{plan.nranks}, runtime is rank {rt.rank}/{rt.nranks}")
         step.payload = [d == rt.rank or rt.peer_ptr(rt.anchor, d) != 0 for d in range(rt.nranks)]
     reach = np.array(step.gathered, dtype=bool)
     funcs = {}
     with collective.attempt(comm):
-        ll = build_launch_list(plan, reach, transport=transport, sm_count=rt.sm_count)
+        ll = build_launch_list(plan, reach, transport=transport, signal=options.signal, sm_count=rt.sm_count)
         tc = time.perf_counter()
         for k in ll.kernels:
-            funcs[k.name] = rt.functions(*k.family)
+            funcs[k.name] = rt.functions(*k.family, k.kind)
         compile_ms = (time.perf_counter() - tc) * 1e3
     exe = CudaExecutable(plan, rt, ll, funcs, serial=ctx.next_tag(), blocking=options.blocking, logger=options.logger)
     if options.logger is not None:

@@ -18,6 +18,7 @@ import atexit
 import logging
 import os
 import threading
+import warnings
 
 from .. import collective
 from ..errors import CudaError, InvalidStateError, InvalidValueError, NotInitializedError, NotSupportedError
@@ -91,10 +92,11 @@ class Runtime:
         self._retired_lock = threading.Lock()
         self._freed: set[int] = set()
         self._sym_bytes = 0
-        self._functions: dict[tuple[int, int], tuple[dict[int, int], list]] = {}
+        self._functions: dict[tuple, tuple[dict[int, int], list]] = {}
         self.stream = 0
         self.anchor = 0
         self.stopped = False
+        self.shared_gpu = False  # several ranks on this GPU (set by start())
 
     # -- bring-up (collective) -------------------------------------------------------------------
 
@@ -284,9 +286,9 @@ class Runtime:
 
     # -- kernels ---------------------------------------------------------------------------------
 
-    def functions(self, run_bytes: int, nout: int) -> dict[int, int]:
+    def functions(self, run_bytes: int, nout: int, kind: str = "plain") -> dict[int, int]:
         """{vector width: CUfunction} of one kernel family, compiled (NVRTC, cubin) and loaded once."""
-        key = (run_bytes, nout)
+        key = (run_bytes, nout, kind)
         hit = self._functions.get(key)
         if hit is not None:
             return hit[0]
@@ -294,10 +296,10 @@ class Runtime:
 
         from . import kernels
 
-        obj = kernels.compile_family(run_bytes, nout, self.arch)
+        obj = kernels.compile_family(run_bytes, nout, self.arch, kind)
         funcs, keep = {}, []
         for v in kernels.family_widths(run_bytes):
-            name = kernels.kernel_name(run_bytes, nout, v)
+            name = kernels.kernel_name(run_bytes, nout, v, kind)
             try:
                 k = obj.get_kernel(name)
                 keep.append(k)
@@ -366,8 +368,13 @@ def _set_env_defaults(comm) -> None:
         os.environ.setdefault("NVSHMEM_REMOTE_TRANSPORT", "none")
 
 
-def _check_one_process_per_gpu(comm, device_id: int) -> None:
-    """Collective: refuse two ranks on one GPU (NVSHMEM's multi-PE-per-GPU mode cannot be captured)."""
+def _check_gpu_sharing(comm, device_id: int, allow_shared: bool) -> bool:
+    """Collective: True when some ranks share a GPU (then only if every rank allowed it).
+
+    Several NVSHMEM PEs on one GPU ("limited MPG") turn on-stream team barriers into CPU spins
+    that cannot be captured, so only the barrier-free graphs (signal="epoch") run there. It is
+    opt-in (``REDIST_SHARED_GPU=1`` or ``initialize(shared_gpu=True)``), for tests and development.
+    """
     import socket
 
     where = None
@@ -382,17 +389,29 @@ def _check_one_process_per_gpu(comm, device_id: int) -> None:
                 where = bus.split(b"\0", 1)[0].decode() if isinstance(bus, bytes) else str(bus)
     except Exception:  # noqa: BLE001 -- no answer: skip the check rather than fail start-up
         where = None
-    keys = collective.agree(comm, None, None if where is None else (socket.gethostname(), where))
+    answers = collective.agree(comm, None, (bool(allow_shared), None if where is None else (socket.gethostname(), where)))
+    allowed = [a for a, _ in answers]
+    if len(set(allowed)) > 1:
+        r = allowed.index(not allowed[0])
+        raise InvalidValueError(
+            f"shared_gpu (REDIST_SHARED_GPU) differs between ranks: rank 0 has {allowed[0]}, rank {r} has {allowed[r]}; "
+            "it must be equal on every rank"
+        )
     seen: dict = {}
-    for r, k in enumerate(keys):
+    shared = False
+    for r, (_, k) in enumerate(answers):
         if k is None:
             continue
         if k in seen:
-            raise NotSupportedError(
-                f"ranks {seen[k]} and {r} both use the GPU at PCI {k[1]} on host {k[0]}: redist runs one process per "
-                "GPU (pass redist.initialize(device_id=...) or set CUDA_VISIBLE_DEVICES per rank)"
-            )
-        seen[k] = r
+            if not allowed[0]:
+                raise NotSupportedError(
+                    f"ranks {seen[k]} and {r} both use the GPU at PCI {k[1]} on host {k[0]}: redist runs one process "
+                    "per GPU (pass redist.initialize(device_id=...) or set CUDA_VISIBLE_DEVICES per rank); for tests "
+                    "and development set REDIST_SHARED_GPU=1 to share a GPU between ranks"
+                )
+            shared = True
+        seen.setdefault(k, r)
+    return shared
 
 
 def visible_devices() -> tuple[int, str | None]:
@@ -451,8 +470,11 @@ def resolve_device(comm, device_id) -> int | None:
     return local % ngpus
 
 
-def start(comm, device_id: int) -> Runtime:
-    """Collective: CUDA device ``device_id`` + NVSHMEM (UID bootstrap over ``comm``). Returns the Runtime."""
+def start(comm, device_id: int, *, shared_gpu: bool = False) -> Runtime:
+    """Collective: CUDA device ``device_id`` + NVSHMEM (UID bootstrap over ``comm``). Returns the Runtime.
+
+    ``shared_gpu``: allow several ranks on one GPU (see :func:`_check_gpu_sharing`).
+    """
     global _rt
     with _lock:
         if _rt is not None and not _rt.stopped:
@@ -463,9 +485,14 @@ def start(comm, device_id: int) -> Runtime:
             ):
                 return _rt
             raise InvalidStateError(f"the redist CUDA runtime is already started ({_rt!r}); stop() it first")
-        _check_one_process_per_gpu(comm, int(device_id))
+        shared = _check_gpu_sharing(comm, int(device_id), shared_gpu)
+        if shared and comm.Get_rank() == 0:
+            warnings.warn(
+                "redist: several ranks share one GPU (REDIST_SHARED_GPU=1): for tests and development only; the "
+                "processes time-slice the GPU, so timings mean nothing", RuntimeWarning, stacklevel=3)
         _set_env_defaults(comm)
         rt = Runtime(comm, device_id)
+        rt.shared_gpu = shared
         rt._bring_up()
         _rt = rt
         return rt

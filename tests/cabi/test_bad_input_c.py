@@ -38,7 +38,7 @@ CASES = {
     "create_ex_struct_size_last": (IV, rf"{LAST}: options->struct_size is \d+", None),
     "create_ex_version_last": (IV, rf"{LAST}: options->version is 2", None),
     "create_ex_transport_garbage_last": (IV, rf"{LAST}: options->transport must be", None),
-    "create_ex_reserved_last": (IV, rf"{LAST}: options->reserved must be 0", None),
+    "create_ex_signal_last": (IV, rf"{LAST}: options->signal must be a redist_signal_t", None),
     "create_ex_null_options_ok": (OK, None, "ok"),
     "create_device_memory_without_gpu": (NI, r"CUDA execution needs redist initialised with a GPU", None),
     "execute_garbage_handle": (IV, r"0xdeadbeef is not a redist_t handle", None),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import redist
-from helpers import clean_env, mpi, run
+from helpers import clean_env, gpu_ranks, mpi, run
 from redist.cabi import _testing as T
 from redist.engine.errors import STATUS
 
@@ -255,7 +255,7 @@ def test_device_example_stub_without_cuda(cabi, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [1, 2])
+@pytest.mark.parametrize("nprocs", gpu_ranks(1, 2, 4))
 def test_device_loop(device_loop, nprocs):
     res = mpi(nprocs, device_loop, timeout=300)
     assert_all_ranks_ok(res, nprocs)

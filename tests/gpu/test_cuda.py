@@ -7,7 +7,8 @@ parameters, so ``-k replay`` picks one): ``engine`` (the backend at the plan lev
 dimensions, item sizes, transports, alignment, eager vs graph), ``replay`` (1000 launches with a
 rebind of input and out= every iteration), ``api`` (redist.Redistribute with cupy, torch, numpy
 and RawArray operands, streams, out=, symmetric memory), ``heap`` (a too-large allocation).
-Two-rank cases need two GPUs (one NVSHMEM PE per GPU).
+Cases of P ranks need P GPUs, or one GPU and ``REDIST_SHARED_GPU=1`` (several NVSHMEM PEs on one
+GPU: correct but slow, the processes time-slice; ids end in ``-shared``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import gpu_count
+from helpers import gpu_ranks
 
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi]
 
@@ -27,18 +28,13 @@ ENV.setdefault("PYTHONUNBUFFERED", "1")
 MODES = {"engine": 300, "replay": 240, "api": 240}
 
 
-def ranks(*counts):
-    return [pytest.param(n, marks=pytest.mark.skipif(gpu_count() < n, reason=f"needs {n} GPUs (one PE per GPU)"),
-                         id=f"P{n}") for n in counts]
-
-
-@pytest.mark.parametrize("nranks", ranks(1, 2))
+@pytest.mark.parametrize("nranks", gpu_ranks(1, 2, 3, 4))
 @pytest.mark.parametrize("mode", list(MODES))
 def test_worker_mode(mpirun, mode, nranks):
     mpirun(nranks, "cuda_worker.py", mode, timeout=MODES[mode], env=ENV)
 
 
-@pytest.mark.parametrize("nranks", ranks(2))
+@pytest.mark.parametrize("nranks", gpu_ranks(2))
 def test_heap_too_small_names_the_setting(mpirun, nranks):
     """A symmetric allocation larger than the heap may grow to (NVSHMEM_MAX_MEMORY_PER_GPU with
     CUDA VMM) raises InvalidValueError on every rank, naming the settings to raise; the runtime keeps

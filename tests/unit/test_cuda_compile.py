@@ -55,6 +55,8 @@ def run_case(
     vec=None,
     seg_limit=K.SEG_LIMIT,
     seed=1,
+    signal="epoch",
+    epochs=2,
 ):
     p = len(in_boxes)
     g = geo.bounding_box(list(in_boxes))
@@ -89,6 +91,8 @@ def run_case(
         in_origins=origins,
         out_delta=out_delta,
         seg_limit=seg_limit,
+        signal=signal,
+        epochs=epochs,
     )
     for r in range(p):
         want = expected_bytes(G, out_boxes[r], order)
@@ -127,26 +131,29 @@ def test_seg_layout():
 
 @needs_nvrtc
 def test_compile_every_family_for_sm90():
-    """Every family shape (nout 0..MAXD with a per-segment run length) and the fixed run lengths
-    that itemsizes 1..16 produce, each for all its vector widths, compile to sm_90 cubins."""
-    fams = {(0, n) for n in range(K.MAXD + 1)}
+    """Every family shape (nout 0..MAXD with a per-segment run length) of every kind (plain, the
+    epoch protocol's copy and unpack) and the fixed run lengths that itemsizes 1..16 produce, each
+    for all its vector widths, compile to sm_90 cubins."""
+    fams = {(0, n, kind) for n in range(K.MAXD + 1) for kind in K.KINDS}
     for itemsize in range(1, 17):
-        fams.add((itemsize * 5, 1 + itemsize % 3))
-    # and the families real plans ask for
+        fams.add((itemsize * 5, 1 + itemsize % 3, "plain"))
+    # and the families real plans ask for, in both signal modes
     for itemsize in (1, 2, 3, 4, 8, 12, 16):
         for gshape, ax in (((8, 12, 10), 1), ((6, 5, 7, 3), 2), ((9, 4), 1)):
             ib, ob = slab_boxes(gshape, 3, 0), slab_boxes(gshape, 3, ax)
             for r in range(3):
                 pl = make_plan(r, ib, ob, itemsize=itemsize)
                 for t in ("push", "put"):
-                    fams |= build_launch_list(pl, transport=t).families()
-    for run, nout in sorted(fams):
-        obj = K.compile_family(run, nout, "90")
+                    for signal in ("epoch", "barrier"):
+                        fams |= build_launch_list(pl, transport=t, signal=signal).families()
+    assert {k for _, _, k in fams} == set(K.KINDS)
+    for run, nout, kind in sorted(fams):
+        obj = K.compile_family(run, nout, "90", kind)
         assert obj.code_type == "cubin"
         code = bytes(obj.code)
         assert code[:4] == b"\x7fELF", "not a cubin"
         for v in K.family_widths(run):
-            assert K.kernel_name(run, nout, v).encode() in code
+            assert K.kernel_name(run, nout, v, kind).encode() in code
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,17 +161,17 @@ def test_compile_every_family_for_sm90():
 # --------------------------------------------------------------------------------------------
 
 
-def test_graph_shapes_slab_x_to_y():
+def test_graph_shapes_slab_x_to_y_barrier():
     g = (32, 32, 32)
     ib, ob = slab_boxes(g, 2, 0), slab_boxes(g, 2, 1)
     pl = make_plan(0, ib, ob, itemsize=8)
-    push = build_launch_list(pl, transport="auto")
+    push = build_launch_list(pl, transport="auto", signal="barrier")
     assert push.node_labels() == ["sync_all*", "kernel:copy[local,push]", "barrier_all"]
     assert push.push_to == (1,) and push.put_to == () and push.result_bytes == 16 * 32 * 32 * 8
     k = push.kernel("copy")
     assert k.run_bytes == 16 * 32 * 8 and k.nout == 1 and k.vmax == 16 and k.reads_input and k.writes_output
     assert len(k.segments) == 2 and push.send_staging_bytes == 0
-    put = build_launch_list(pl, transport="put")
+    put = build_launch_list(pl, transport="put", signal="barrier")
     assert put.node_labels() == [
         "kernel:copy[local,pack]",
         "sync_all",
@@ -176,10 +183,56 @@ def test_graph_shapes_slab_x_to_y():
     assert put.send_staging_bytes >= 16 * 16 * 32 * 8 and put.put_from == (1,)
     # unreachable peer: auto falls back to put, push refuses
     reach = np.array([[1, 0], [0, 1]], bool)
-    assert build_launch_list(pl, reach, transport="auto").node_labels() == put.node_labels()
+    assert build_launch_list(pl, reach, transport="auto", signal="barrier").node_labels() == put.node_labels()
     with pytest.raises(NotImplementedError, match="reachable"):
         build_launch_list(pl, reach, transport="push")
     assert "push to [1]" in push.describe()
+
+
+def test_graph_shapes_slab_x_to_y_epoch():
+    """The barrier-free protocol: no NVSHMEM barrier anywhere; push is one kernel."""
+    g = (32, 32, 32)
+    ib, ob = slab_boxes(g, 2, 0), slab_boxes(g, 2, 1)
+    pl = make_plan(0, ib, ob, itemsize=8)
+    push = build_launch_list(pl, transport="auto")
+    assert push.signal == "epoch" and push.node_labels() == ["kernel:copy[local,push](epoch)"]
+    k = push.kernel("copy")
+    assert (k.kind, k.credit_to, k.arrive_to, k.wait_for, k.bump) == ("epoch", (1,), (1,), (1,), True)
+    assert "credits to [1], arrivals to [1], waits for [1], bumps the epoch" in push.describe()
+    put = build_launch_list(pl, transport="put")
+    assert put.node_labels() == ["kernel:copy[local,pack](epoch)", "put+signal->1", "kernel:unpack[unpack](epoch)",
+                                 "quiet"]
+    copy, unpack = put.kernel("copy"), put.kernel("unpack")
+    assert copy.credit_to == (1,) and copy.arrive_to == () and copy.wait_for == () and not copy.bump
+    assert unpack.kind == "epoch_unpack" and unpack.bump
+    # an unreachable source gets its credit as an NVSHMEM signal, not a store
+    reach = np.array([[1, 0], [0, 1]], bool)
+    far = build_launch_list(pl, reach)
+    assert far.node_labels() == ["credit->1", "kernel:copy[local,pack](epoch)", "put+signal->1",
+                                 "kernel:unpack[unpack](epoch)", "quiet"]
+    assert far.kernel("copy").credit_to == ()
+    # one rank: nothing to agree on, the plain kernel
+    one = build_launch_list(make_plan(0, slab_boxes(g, 1, 0), slab_boxes(g, 1, 1), itemsize=8))
+    assert one.node_labels() == ["kernel:copy[local]"] and one.signal == "none"
+
+
+def test_epoch_protocol_lists_pair_up_across_ranks():
+    """Every credit, arrival and put signal a rank expects is one some other rank sends."""
+    g = (12, 12, 6)
+    p = 4
+    ib, ob = slab_boxes(g, p, 0), slab_boxes(g, p, 2)
+    reach = np.ones((p, p), bool)
+    reach[0, 3] = reach[3, 0] = False
+    lls = [build_launch_list(make_plan(r, ib, ob, itemsize=8), reach) for r in range(p)]
+    for r, ll in enumerate(lls):
+        k = ll.kernel("copy")
+        credits = set(k.credit_to) | {st.pe for st in ll.steps if st.op == "credit"}
+        sources = {s for s in range(p) if s != r and r in set(lls[s].push_to) | set(lls[s].put_to)}
+        assert credits == sources, (r, credits, sources)
+        assert set(k.arrive_to) == set(ll.push_to)
+        assert set(k.wait_for) == {s for s in range(p) if r in lls[s].push_to}
+        assert set(ll.put_from) == {s for s in range(p) if r in lls[s].put_to}
+        assert not any(st.op in ("sync_all", "barrier_all") for st in ll.steps)
 
 
 def test_graph_shapes_single_rank_and_local_only():
@@ -201,7 +254,7 @@ def test_graph_mixed_transports_same_structure_on_every_rank():
     ib, ob = slab_boxes(g, p, 0), slab_boxes(g, p, 1)
     reach = np.ones((p, p), bool)
     reach[0, 3] = reach[3, 0] = False  # one pair only reachable through puts
-    lls = [build_launch_list(make_plan(r, ib, ob, itemsize=8), reach) for r in range(p)]
+    lls = [build_launch_list(make_plan(r, ib, ob, itemsize=8), reach, signal="barrier") for r in range(p)]
     ops = [[s.op for s in ll.steps if s.op != "put" and s.op != "kernel" and s.op != "quiet"] for ll in lls]
     assert all(o == ["sync_all", "sync_all", "barrier_all"] for o in ops), ops  # collectives match
     assert lls[0].put_to == (3,) and lls[3].put_to == (0,) and lls[1].put_to == ()
@@ -213,13 +266,32 @@ def test_graph_mixed_transports_same_structure_on_every_rank():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("signal", ["epoch", "barrier"])
 @pytest.mark.parametrize("transport", ["push", "put"])
 @pytest.mark.parametrize("itemsize", [1, 2, 3, 4, 8, 12, 16])
-def test_emulate_slabs(transport, itemsize):
+def test_emulate_slabs(transport, itemsize, signal):
     g = (7, 6, 5)
-    for p in (1, 2, 3):
+    for p in (1, 2, 3, 4):
         for a, b in ((0, 1), (1, 0), (0, 2), (2, 1), (1, 1)):
-            run_case(slab_boxes(g, p, a), slab_boxes(g, p, b), itemsize, transport=transport)
+            run_case(slab_boxes(g, p, a), slab_boxes(g, p, b), itemsize, transport=transport, signal=signal)
+
+
+@pytest.mark.parametrize("transport", ["push", "put", "mixed"])
+def test_emulate_epoch_protocol_with_empty_ranks(transport):
+    """Ranks that send nothing, receive nothing or hold nothing still take part in every epoch."""
+    rng = np.random.default_rng(7)
+    for p in (2, 3, 4):
+        reach = None
+        if transport == "mixed":
+            reach = np.ones((p, p), bool)
+            reach[0, p - 1] = reach[p - 1, 0] = False
+        g = (2, 3, 4)  # fewer planes than ranks at P = 3, 4: empty boxes
+        run_case(slab_boxes(g, p, 0), slab_boxes(g, p, 2), 8, transport="auto" if transport == "mixed" else transport,
+                 reach=reach, epochs=3)
+        one = [((0, 0, 0), g)] + [((0, 0, 0), (0, 0, 0))] * (p - 1)
+        run_case(one, slab_boxes(g, p, 1), 4, transport="auto" if transport == "mixed" else transport, reach=reach)
+        run_case(random_boxes(g, p, rng), random_boxes(g, p, rng), 2, transport="auto" if transport == "mixed"
+                 else transport, reach=reach, epochs=3)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
@@ -325,6 +397,7 @@ def test_modules_import_without_gpu():
 import bisect
 import ctypes
 import threading
+import time
 import types
 
 
@@ -401,16 +474,43 @@ class _Driver:
         self.hub, self.rt = hub, rt
         self.launches = 0
 
+    def _u64(self, addr):
+        return int(self.hub.read(addr, 8).view(np.uint64)[0])
+
+    def _wait(self, addr, e, what):
+        t0 = time.monotonic()
+        while self._u64(addr) < e:  # another rank's thread posts it
+            assert time.monotonic() - t0 < 30, f"rank {self.rt.rank}: {what} never reached epoch {e}"
+            time.sleep(0.0005)
+
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shm, stream, argv, extra):
-        run, nout, vec = _FUNCS[func]
+        run, nout, vec, kind = _FUNCS[func]
         assert (gy, gz, by, bz, shm) == (1, 1, 1, 1, 0) and bx == K.BLOCK
-        ptrs = (ctypes.c_void_p * 4).from_address(argv)
+        nargs = 4 if kind == "plain" else 12
+        ptrs = (ctypes.c_void_p * nargs).from_address(argv)
         in_base = ctypes.c_void_p.from_address(ptrs[0]).value or 0
         delta = ctypes.c_longlong.from_address(ptrs[1]).value
         table = ctypes.c_void_p.from_address(ptrs[2]).value
         nsegs = ctypes.c_int.from_address(ptrs[3]).value
-        tab = np.frombuffer(self.hub.read(table, nsegs * K.SEG_DTYPE.itemsize).tobytes(), dtype=K.SEG_DTYPE)
+        tab = np.frombuffer(self.hub.read(table, max(nsegs, 1) * K.SEG_DTYPE.itemsize).tobytes(),
+                            dtype=K.SEG_DTYPE)[:nsegs]
         hub = self.hub
+        if kind != "plain":  # the epoch protocol, as copy.cu runs it (waits spin on other ranks' threads)
+            ctl = ctypes.c_void_p.from_address(ptrs[4]).value
+            proto_ptr = ctypes.c_void_p.from_address(ptrs[5]).value
+            P, ncredit, narrive, nwait, wait, bump = (ctypes.c_int.from_address(ptrs[i]).value for i in range(6, 12))
+            proto = hub.read(proto_ptr, 8 * max(ncredit + narrive + nwait, 1)).view(np.uint64)
+            e = self._u64(ctl) + 1
+            for i in range(ncredit if kind == "epoch" else 0):
+                hub.write(int(proto[i]), np.array([e], np.uint64).view(np.uint8))
+            for seg in tab:
+                peer = int(seg["peer"])
+                if peer == K.NO_PEER:
+                    continue
+                if kind == "epoch_unpack":
+                    self._wait(ctl + 8 * (K.CTL_PEERS + 2 * P + peer), e, f"put signal of {peer}")
+                elif wait or int(seg["dst_mask"]) == 0:
+                    self._wait(ctl + 8 * (K.CTL_PEERS + peer), e, f"credit of {peer}")
 
         def load(addr, v):
             buf, off = hub.locate(int(addr.min()), int(addr.max() - addr.min()) + v)
@@ -423,17 +523,18 @@ class _Driver:
             rel = (addr - addr.min()).astype(np.int64) + off
             buf[rel[:, None] + np.arange(v)[None, :]] = data
 
-        K.emulate(
-            tab,
-            vec=vec,
-            run_bytes=run,
-            nout=nout,
-            grid=gx,
-            in_base=in_base,
-            out_delta=delta,
-            load=load,
-            store=store,
-        )
+        if nsegs:
+            K.emulate(tab, vec=vec, run_bytes=run, nout=nout, grid=gx, in_base=in_base, out_delta=delta, load=load,
+                      store=store)
+        if kind != "plain":
+            if kind == "epoch":
+                for j in range(narrive):
+                    hub.write(int(proto[ncredit + j]), np.array([e], np.uint64).view(np.uint8))
+                for i in range(nwait):
+                    src = int(proto[ncredit + narrive + i])
+                    self._wait(ctl + 8 * (K.CTL_PEERS + P + src), e, f"arrival of {src}")
+            if bump:
+                hub.write(ctl, np.array([e], np.uint64).view(np.uint8))
         self.launches += 1
         return 0
 
@@ -469,8 +570,21 @@ class _NB:
     def quiet_on_stream(self, s):
         pass
 
+    def _remote(self, addr, pe):
+        return addr - self.rt.heap + ((pe + 1) << 40)  # the symmetric address on PE pe
+
     def putmem_nbi_on_stream(self, dst, src, n, pe, s):
-        self.hub.write(dst - self.rt.heap + ((pe + 1) << 40), self.hub.read(src, n))  # remote translation
+        self.hub.write(self._remote(dst, pe), self.hub.read(src, n))
+
+    def signal_op_on_stream(self, sig, value, op, pe, s):
+        assert op == 10, op  # NVSHMEM_SIGNAL_ADD
+        addr = self._remote(sig, pe)
+        old = int(self.hub.read(addr, 8).view(np.uint64)[0])
+        self.hub.write(addr, np.array([old + value], np.uint64).view(np.uint8))
+
+    def putmem_signal_nbi_on_stream(self, dst, src, n, sig, value, op, pe, s):
+        self.putmem_nbi_on_stream(dst, src, n, pe, s)  # the data lands before its signal
+        self.signal_op_on_stream(sig, value, op, pe, s)
 
 
 class _Runtime:
@@ -543,11 +657,11 @@ class _Runtime:
     def synchronize(self):
         pass
 
-    def functions(self, run, nout):
+    def functions(self, run, nout, kind="plain"):
         out = {}
         for v in K.family_widths(run):
             code = 0x1000 + len(_FUNCS)
-            _FUNCS[code] = (run, nout, v)
+            _FUNCS[code] = (run, nout, v, kind)
             out[v] = code
         return out
 

@@ -5,7 +5,7 @@ Modes: ``engine`` (redist.engine.cuda at the plan level: layouts, dimensions, it
 transports, alignment, eager vs graph), ``replay`` (1000 launches with a rebind of input and
 out= every iteration, bit-exact), ``api`` (redist.Redistribute / redistribute / symmetric memory
 with cupy, torch, numpy-on-GPU and RawArray), ``bench`` (timings). Failures are reduced across
-ranks; rank 0 prints ALL OK when every rank passed. One rank per GPU (device = local rank).
+ranks; rank 0 prints ALL OK when every rank passed. One rank per GPU (device = local rank), or several on one under REDIST_SHARED_GPU=1.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from helpers import (  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
+SHARED = os.environ.get("REDIST_SHARED_GPU", "") == "1"  # several ranks on one GPU
+# NVSHMEM barriers cannot be captured with several ranks per GPU; at P=1 both give the same graph
+SIGNALS = ("epoch",) if SHARED or P == 1 else ("epoch", "barrier")
 
 
 def slab(gshape, axis):
@@ -58,7 +61,8 @@ def engine_lower(rt):
     from redist.engine.backend import Context, LowerOptions, lower
 
     ctx = Context(rt.comm, rt)
-    return lambda plan, transport="auto": lower(plan, ctx, LowerOptions(backend="cuda", transport=transport))
+    return lambda plan, transport="auto", signal="epoch": lower(
+        plan, ctx, LowerOptions(backend="cuda", transport=transport, signal=signal))
 
 
 class Fails:
@@ -154,13 +158,14 @@ def run_engine(fails: Fails):
     dev = local_device()
     cp.cuda.Device(dev).use()
     t0 = time.perf_counter()
-    rt = runtime.start(comm, dev)
+    rt = runtime.start(comm, dev, shared_gpu=SHARED)
     lower = engine_lower(rt)
     log(f"runtime up in {time.perf_counter() - t0:.2f} s: {rt!r}, sm_count {rt.sm_count}")
     stream = cp.cuda.Stream(non_blocking=True)
     try:
-        for c in engine_cases():
-            name, g, ib, ob, it = c["name"], c["g"], c["ib"], c["ob"], c["it"]
+        cases = [dict(c, sig=sig) for sig in SIGNALS for c in engine_cases() if sig == "epoch" or c["t"] != "push"]
+        for c in cases:
+            name, g, ib, ob, it = c["name"] + ("" if c["sig"] == "epoch" else "/barrier"), c["g"], c["ib"], c["ob"], c["it"]
             order = c.get("order", "C")
             shapes = [geo.box_shape(b) for b in ib]
             strides = [geo.dense_strides(s, order) for s in shapes]
@@ -174,7 +179,7 @@ def run_engine(fails: Fails):
             exe = None
             try:
                 plan = make_plan(rank, ib, ob, itemsize=it, in_strides=strides, out_order=order)
-                exe = lower(plan, transport=c["t"])
+                exe = lower(plan, transport=c["t"], signal=c["sig"])
                 if name.startswith("slab01"):
                     log(f"{name}: {exe.describe()}")
                 outs = []
@@ -230,15 +235,15 @@ def run_replay(fails: Fails, iters=1000):
 
     dev = local_device()
     cp.cuda.Device(dev).use()
-    rt = runtime.start(comm, dev)
+    rt = runtime.start(comm, dev, shared_gpu=SHARED)
     lower = engine_lower(rt)
     stream = cp.cuda.Stream(non_blocking=True)
     g, it = (40, 24, 16), 8
     ib, ob = slab(g, 0), slab(g, 1)
     try:
-        for transport in ("auto", "put"):
+        for transport, signal in [(t, sig) for sig in SIGNALS for t in ("auto", "put")]:
             plan = make_plan(rank, ib, ob, itemsize=it)
-            exe = lower(plan, transport=transport)
+            exe = lower(plan, transport=transport, signal=signal)
             nb = plan.out_elements * it
             ins, wants, in_ptrs = [], [], []
             for k, seed in enumerate((3, 4)):
@@ -282,8 +287,8 @@ def run_replay(fails: Fails, iters=1000):
             dt = time.perf_counter() - t0
             n = int(errs)
             if n:
-                fails.add(f"replay {transport}: {n} wrong bytes over {iters} iterations")
-            log(f"replay {transport}: {iters} iterations in {dt:.3f} s, {n} wrong bytes; {exe.describe()}")
+                fails.add(f"replay {transport}/{signal}: {n} wrong bytes over {iters} iterations")
+            log(f"replay {transport}/{signal}: {iters} iterations in {dt:.3f} s, {n} wrong bytes; {exe.describe()}")
             comm.Barrier()
             exe.free()
             rt.sym_free(outs[1])
@@ -367,6 +372,26 @@ def run_api(fails: Fails):
                     want,
                 )
                 assert r.graph() != 0
+
+    def signals():
+        """signal="epoch" and "barrier" give the same result; "barrier" is refused, on every rank,
+        where ranks share a GPU (NVSHMEM barriers cannot be captured there)."""
+        a = cp.asarray(glob[isl])
+        for signal in ("epoch", "barrier"):
+            for transport in ("push", "put"):
+                with redist.Redistribute(a, Slab.X, Slab.Y, options={"signal": signal, "transport": transport}) as r:
+                    if signal == "barrier" and ctx.cuda.shared_gpu and P > 1:
+                        try:
+                            r.plan()
+                        except redist.NotSupportedError as e:
+                            assert "several ranks on one GPU" in str(e), str(e)
+                            continue
+                        raise AssertionError("signal='barrier' with a shared GPU must raise NotSupportedError")
+                    r.plan()
+                    for _ in range(3):
+                        res = r.execute()
+                    cp.cuda.get_current_stream().synchronize()
+                    check(f"signal {signal} {transport}", cp.asnumpy(res), glob[osl])
 
     def torch_basic():
         for dtype in (torch.float32, torch.bfloat16, torch.complex128):
@@ -515,6 +540,7 @@ def run_api(fails: Fails):
         step("dropped objects", dropped_objects)
         step("wrong device", wrong_device)
         step("cupy", cupy_basic)
+        step("signals", signals)
         step("torch", torch_basic)
         step("host on GPU", host_on_gpu)
         step("raw and streams", raw_and_streams)
@@ -646,7 +672,7 @@ def run_heap(fails: Fails):
 
     dev = local_device()
     cp.cuda.Device(dev).use()
-    rt = runtime.start(comm, dev)
+    rt = runtime.start(comm, dev, shared_gpu=SHARED)
     try:
         try:
             rt.sym_alloc(8 << 30)
