@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--transport", default="auto")
+    ap.add_argument("--signal", default=None, help='"epoch" or "barrier" (default: the library default)')
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--case", choices=["slab", "pencil"], default="slab",
                     help="slab: Slab.X -> Slab.Y; pencil: X-pencils ProcessGrid(1,p1,p2) -> Y-pencils (p1,1,p2)")
@@ -100,7 +101,8 @@ def main():
             a2 = a * 2
         stream.synchronize()
         row = {"case": args.case, "n": n, "P": P, "MB": n ** 3 * 8 / 1e6}
-        r = redist.Redistribute(a, din, dout, options={"transport": args.transport}, stream=stream)
+        opts = dict(transport=args.transport, **({"signal": args.signal} if args.signal else {}))
+        r = redist.Redistribute(a, din, dout, options=opts, stream=stream)
         r.plan(stream=stream)
         row["redist_us"] = timed(lambda: r.execute(stream=stream))
         # host cost: calls only (the GPU queue absorbs them), then drain

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
-#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi
+#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi tune
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312) and, for bench-old, .old (a worktree of
 # the commit to compare with). One rank per GPU unless a step says otherwise ("shared": several
@@ -12,7 +12,7 @@ export NVSHMEM_SYMMETRIC_SIZE=${NVSHMEM_SYMMETRIC_SIZE:-4G}
 MPI="mpiexec --allow-run-as-root --bind-to none --oversubscribe"
 step() { echo "=== $* ($(date +%T))" | tee -a "$OUT/steps.txt"; }
 step install
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl . > "$OUT/install.txt" 2>&1 || { tail -20 "$OUT/install.txt"; exit 1; }
+rm -rf /tmp/site build ./*.egg-info; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl . > "$OUT/install.txt" 2>&1 || { tail -20 "$OUT/install.txt"; exit 1; }
 export PYTHONPATH=/tmp/site
 { nvidia-smi -L; python3 -c 'import torch, cupy, cuda.core, mpi4py; print(torch.__version__, cupy.__version__, mpi4py.__version__)'; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
@@ -20,7 +20,7 @@ for s in "$@"; do
   case $s in
   tests)
     step "GPU tests P=1 + CUDA compile tests"
-    timeout 540 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda.py tests/unit/test_cuda_compile.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15 ;;
+    timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -x tests/gpu/test_cuda.py tests/unit/test_cuda_compile.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15 ;;
   shared)
     step "GPU tests, several ranks on one GPU"
     REDIST_SHARED_GPU=1 timeout ${SHARED_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda.py tests/cabi/test_cabi.py -k "shared and (${SHARED_K:-P2})" 2>&1 | tee -a "$OUT/pytest_shared.txt" | tail -15 ;;
@@ -32,8 +32,11 @@ for s in "$@"; do
     timeout 300 $MPI -n 1 python3 perf/bench_cuda.py --sizes 32 128 512 --iters 100 --reps 9 --out "$OUT/bench_p1_new.md" 2>&1 | grep -v '^{' | tail -8 ;;
   bench-old)
     step "bench P=1 (the old commit in .old)"
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1
+    rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1
     (cd .old && PYTHONPATH=/tmp/site_old:/tmp/site timeout 300 $MPI -n 1 python3 perf/bench_cuda.py --sizes 32 128 512 --iters 100 --reps 9 --out "$OUT/bench_p1_old.md" 2>&1 | grep -v '^{' | tail -8) ;;
+  tune)
+    step "copy kernel variants and launch layers, P=1"
+    timeout 300 python3 perf/tune_copy.py ${TUNE_ARGS:-} --out "$OUT/tune_copy.md" 2>&1 | tail -20 ;;
   *) echo "unknown step $s" ;;
   esac
 done

@@ -25,8 +25,9 @@
 //    control block on the symmetric heap: its epoch counter, block counters, and per peer a credit
 //    (written by a destination: "you may write epoch e"), an arrival (written by a source: "my
 //    epoch-e stores into you are done") and a put signal (NVSHMEM's signal word of put-with-signal).
-//    Every block reads e = epoch + 1 and posts its credits (idempotent: any block that runs posts
-//    them, so no block depends on another being resident); a block whose segment goes to a peer
+//    Every block reads e = epoch + 1; the first block to run posts the credits (atomicMax on a
+//    "posted" word, so no block depends on another being resident and the peers see one store
+//    each, not one per block); a block whose segment goes to a peer
 //    waits for that peer's credit, an unpack block for its source's signal; the last block to
 //    finish (block counter, after a system fence) posts the arrivals, waits for its sources'
 //    arrivals and bumps the epoch. Stores of flags are st.release.sys, loads ld.acquire.sys.
@@ -37,7 +38,7 @@ typedef unsigned int u32;
 
 #define REDIST_MAXD 8
 #define REDIST_BLOCK 256
-#define REDIST_ILP 4
+#define REDIST_ILP 1
 
 struct Seg {
     u64 src;                    // input-relative offset (src_mask = ~0) or absolute address (src_mask = 0)
@@ -74,7 +75,8 @@ __device__ __forceinline__ u32 redist_fdiv(u32 n, u32 mul, u32 shr) {
 #define REDIST_NONE 0xffffffffu
 #define REDIST_CTL_EPOCH 0
 #define REDIST_CTL_DONE 1  // two u32 block counters: [0] copy kernel, [1] unpack kernel
-#define REDIST_CTL_PEERS 2 // then credit[P], arrive[P], signal[P]
+#define REDIST_CTL_POSTED 2 // the last epoch whose credits a block of the copy kernel posted
+#define REDIST_CTL_PEERS 3  // then credit[P], arrive[P], signal[P]
 
 __device__ __forceinline__ void redist_st_release(u64* p, u64 v) {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -199,7 +201,8 @@ __device__ __forceinline__ void epoch_segments(const char* in_base, i64 out_delt
     if (threadIdx.x == 0) {
         const u64 e = *(volatile u64*)(ctl + REDIST_CTL_EPOCH) + 1;
         e_sh = e;
-        if (!UNPACK) {
+        // the first block to run posts the credits (an L2 atomic; the others skip them)
+        if (!UNPACK && ncredit > 0 && atomicMax(ctl + REDIST_CTL_POSTED, e) < e) {
             for (int i = 0; i < ncredit; ++i) redist_st_release((u64*)proto[i], e);
         }
     }

@@ -368,8 +368,10 @@ def test_emulate_split_segments():
 
 def test_blocks_split():
     assert K.blocks_for([100], 132) == [1]
-    b = K.blocks_for([1 << 28, 1 << 28], 132)
-    assert b[0] == b[1] and sum(b) <= 132 * 8
+    chunk = K.BLOCK * K.ILP * 16
+    assert K.blocks_for([3 * chunk + 1], 132) == [4]  # one block per chunk below the cap
+    b = K.blocks_for([1 << 30, 1 << 30], 132)
+    assert b[0] == b[1] and sum(b) <= 132 * K.GRID_PER_SM
     assert K.blocks_for([1 << 30, 10], 132)[1] == 1
 
 
