@@ -81,9 +81,9 @@ class RedistributeOptions:
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger, got {type(self.logger).__name__}")
 
-    def fingerprint(self) -> tuple:
-        """The fields every rank must agree on (everything but the logger)."""
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "logger")
+    def fingerprint(self) -> str:
+        """The fields every rank must agree on (everything but the logger), named: ``blocking='auto', ...``."""
+        return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.name != "logger")
 
     @classmethod
     def coerce(cls, options: RedistributeOptions | dict[str, Any] | None) -> RedistributeOptions:

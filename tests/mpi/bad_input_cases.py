@@ -360,6 +360,16 @@ def option_host_method_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"host_method": "fast"} if env.is_last() else None)
 
 
+@case((E.InvalidValueError, r"rank {last}: signal must be one of \('epoch', 'barrier'\)"))
+def option_signal_bad_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"signal": "none"} if env.is_last() else None)
+
+
+@case((E.InvalidValueError, r"inconsistent options across ranks"))
+def option_signal_differs_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"signal": "barrier" if env.is_last() else "epoch"})
+
+
 @case((E.InvalidTypeError, r"rank {last}: logger must be a logging.Logger"))
 def option_logger_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"logger": print} if env.is_last() else None)
