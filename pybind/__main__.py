@@ -49,8 +49,8 @@ def _progress(i: int, n: int, enabled: bool):
 def _demo(args) -> int:
     from ._launch import mpiexec_command, under_mpi_launcher
 
-    if not under_mpi_launcher() and not args.child and args.ranks > 1:
-        cmd = mpiexec_command(args.ranks) + [sys.executable, "-m", "redist", "demo", "--child", *args.argv]
+    if not under_mpi_launcher() and not args.in_place and args.ranks > 1:
+        cmd = mpiexec_command(args.ranks) + [sys.executable, "-m", "redist", "demo", "--in-place", *args.argv]
         print(f"[redist] launching: {' '.join(cmd)}", flush=True)
         return os.spawnv(os.P_WAIT, cmd[0], cmd) if os.name == "posix" else 1
 
@@ -139,19 +139,29 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m redist", description="redist command-line tools")
     sub = parser.add_subparsers(dest="cmd")
-    d = sub.add_parser("demo", help="redistribute a known array back and forth, verify, and time it")
-    d.add_argument("--ranks", type=int, default=4, help="processes to launch under mpiexec (default 4)")
+    d = sub.add_parser(
+        "demo", help="redistribute a known array back and forth, verify, and time it",
+        description="Redistribute a global array whose elements hold their own index from one layout to "
+                    "another and back, verify every element on every rank, and time each execute(). "
+                    "Started by plain python it launches --ranks processes under mpiexec; under mpiexec "
+                    "(or with --in-place) it runs in the processes it was started in.")
+    d.add_argument("--ranks", type=int, default=4,
+                   help="processes to launch under mpiexec when not already under one (default 4)")
+    d.add_argument("--in-place", action="store_true",
+                   help="run in this process (a one-rank run) instead of launching --ranks processes")
     d.add_argument("--shape", type=int, nargs="+", default=[256, 256, 256], help="global shape (default 256 256 256)")
-    d.add_argument("--from", dest="from_", choices=_LAYOUTS, default="slab-x")
-    d.add_argument("--to", choices=_LAYOUTS, default="slab-y")
-    d.add_argument("--dtype", default="complex64")
-    d.add_argument("--iterations", type=int, default=20)
-    d.add_argument("--gpu", action="store_true", help="cupy operands on the GPUs (CUDA graph backend)")
-    d.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    d.add_argument("--from", dest="from_", choices=_LAYOUTS, default="slab-x",
+                   help="layout of the input (default slab-x; pencil-* split the two other axes)")
+    d.add_argument("--to", choices=_LAYOUTS, default="slab-y", help="layout of the result (default slab-y)")
+    d.add_argument("--dtype", default="complex64", help="numpy dtype of the elements (default complex64)")
+    d.add_argument("--iterations", type=int, default=20,
+                   help="executes in each direction, timed (default 20)")
+    d.add_argument("--gpu", action="store_true",
+                   help="cupy operands on the GPUs (CUDA graph backend; one rank per GPU)")
     sub.add_parser("info", help="print the runtime context")
     args = parser.parse_args(argv)
     if args.cmd == "demo":
-        args.argv = [a for a in argv[1:] if a != "--child"]
+        args.argv = [a for a in argv[1:] if a != "--in-place"]
         return _demo(args)
     if args.cmd == "info":
         return _info(args)

@@ -49,6 +49,12 @@ class RedistributeOptions:
         "datatype" always MPI datatypes; "pack" always numpy pack/unpack; "alltoallw" one
         persistent MPI-4 ``Alltoallw_init`` (NotSupportedError where the MPI library lacks it).
         "auto" (default): "push" on one node (more than one rank), else "hybrid".
+    result : "persistent" or "fresh"
+        "persistent" (default): :meth:`~redist.Redistribute.execute` returns the same array every
+        time, owned by the object and overwritten by the next execute. "fresh": nvmath-python's
+        behaviour, every execute returns a new array the caller owns (on GPUs a new allocation
+        on the NVSHMEM symmetric heap, freed by the caller with
+        :func:`redist.free_symmetric_memory`, collectively). Costs an allocation per execute.
     signal : "epoch" or "barrier"
         CUDA backend only: how ranks order their graphs. "epoch" (default): no NVSHMEM barrier;
         each graph keeps an epoch counter on the device, receivers post credits, senders post
@@ -64,6 +70,7 @@ class RedistributeOptions:
     result_layout: Literal["auto", "C", "F"] = "auto"
     host_method: Literal["auto", "push", "hybrid", "datatype", "pack", "alltoallw"] = "auto"
     signal: Literal["epoch", "barrier"] = "epoch"
+    result: Literal["persistent", "fresh"] = "persistent"
 
     def __post_init__(self):
         if self.blocking is not True and self.blocking != "auto":
@@ -76,6 +83,8 @@ class RedistributeOptions:
             raise InvalidValueError(f"result_layout must be 'auto', 'C' or 'F', got {self.result_layout!r}")
         if self.host_method not in HOST_METHODS:
             raise InvalidValueError(f"host_method must be one of {HOST_METHODS}, got {self.host_method!r}")
+        if self.result not in ("persistent", "fresh"):
+            raise InvalidValueError(f"result must be 'persistent' or 'fresh', got {self.result!r}")
         if self.signal not in SIGNALS:
             raise InvalidValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
         if self.logger is not None and not isinstance(self.logger, logging.Logger):

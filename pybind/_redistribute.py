@@ -9,6 +9,8 @@ import logging
 import time
 import weakref
 
+import numpy as np
+
 from . import _runtime
 from ._distributions import Box, Distribution, resolve_boxes
 from ._operands import Operand, as_array, wrap
@@ -16,7 +18,7 @@ from ._options import RedistributeOptions
 from ._streams import current_stream, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
-from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .engine.plan import make_plan
 from .engine.validate import RankSpec, check_boxes, check_operands, consensus_order, raise_first
 
@@ -140,6 +142,9 @@ class Redistribute:
         self._operand_ptr = op.ptr
         self._pointer = self._numpy_pointer if op.package == "numpy" else _POINTER[op.package]
         self._streams = self._backend != "host"  # execute() needs a stream handle
+        self._fresh = opts.result == "fresh"
+        if self._fresh and op.package == "raw":
+            raise NotSupportedError('result="fresh" needs numpy, torch or cupy operands (a RawArray has no allocator)')
         self._last_stream = self._last_handle = None
         self._plan = None
         self._state = _State.NEW
@@ -246,6 +251,8 @@ class Redistribute:
         """
         exe = self._exe
         problem = None
+        if out is None and self._fresh and exe is not None:
+            out = self._fresh_result()
         if self._state is not _State.READY:
             if exe is None:  # before plan() or after free(): this rank cannot take part
                 self._check_not_freed("execute")
@@ -279,6 +286,22 @@ class Redistribute:
         else:
             exe.execute(s, sync_symmetric_memory, release_workspace, problem)
         return target
+
+    def _fresh_result(self):
+        """result="fresh": a new array for this execute (on GPUs collective: symmetric memory)."""
+        t, shape = self._template, self._exe.result.shape
+        if t.memory == "cpu":
+            if t.package == "numpy":
+                return np.empty(shape, dtype=t.dtype, order=self._out_order)
+            import torch
+
+            if self._out_order == "C" or len(shape) < 2:
+                return torch.empty(shape, dtype=t.dtype)
+            return torch.empty(shape[::-1], dtype=t.dtype).permute(*range(len(shape) - 1, -1, -1))
+        from ._symmetric import allocate_symmetric_memory
+
+        return allocate_symmetric_memory(shape, t.package, dtype=t.dtype, axis_order=self._out_order,
+                                         make_symmetric=True)
 
     def _bind_out(self, out) -> collective.Problem | None:
         """Check ``out`` locally and bind it; its problem (None if fine) for the call's agreement.
