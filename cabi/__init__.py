@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["build", "default_dir", "flags"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # cffi and the build machinery load only when asked for (the embedded library imports
     # redist.cabi._entry, which must stay light)
     if name in __all__:

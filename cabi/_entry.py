@@ -187,7 +187,7 @@ def _initialize(fortran_comm, device_id):
             raise E.InvalidValueError("fortran_comm is MPI_COMM_NULL")
         if comm.Is_inter():
             raise E.InvalidValueError("fortran_comm is an inter-communicator; redist needs an intra-communicator")
-    redist.initialize(device_id=dev, communicator=comm)
+    redist.initialize(device_id=dev, process_group=comm)
     return 0
 
 

@@ -23,12 +23,17 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .buffer import Buffer
 from .collective import Problem
 from .errors import InvalidValueError, NotInitializedError, NotSupportedError
 from .plan import Plan
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from .cuda.runtime import Runtime
 
 __all__ = [
     "BACKENDS",
@@ -59,10 +64,10 @@ class Context:
     is the :class:`redist.engine.cuda.runtime.Runtime` or None.
     """
 
-    comm: object
-    cuda: object | None = None
+    comm: Any
+    cuda: Runtime | None = None
     _tags: int = field(default=0, repr=False)
-    _retired: dict = field(default_factory=dict, repr=False)
+    _retired: dict[int, MPI.Win] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -78,7 +83,7 @@ class Context:
         self._tags += 1
         return self._tags
 
-    def retire_later(self, holder, serial: int, window) -> None:
+    def retire_later(self, holder: object, serial: int, window: MPI.Win) -> None:
         """Free ``window`` (collective) once ``holder`` is garbage-collected on every rank.
 
         ``holder`` is what keeps the window's memory in use (an executable's result base array,
@@ -86,7 +91,7 @@ class Context:
         """
         weakref.finalize(holder, self._retire, serial, window)
 
-    def _retire(self, serial: int, window) -> None:
+    def _retire(self, serial: int, window: MPI.Win) -> None:
         with self._lock:
             self._retired[serial] = window
 
@@ -123,7 +128,7 @@ class LowerOptions:
     blocking: bool = False
     logger: logging.Logger | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise InvalidValueError(f"backend must be one of {tuple(BACKENDS)}, got {self.backend!r}")
         if self.transport not in TRANSPORTS:

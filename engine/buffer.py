@@ -10,12 +10,13 @@ read-only flag and an ``owner`` that keeps the memory alive. The API layer turns
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["Buffer", "byte_extent", "self_overlapping"]
 
 
-def byte_extent(shape, strides, itemsize: int) -> tuple[int, int]:
+def byte_extent(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple[int, int]:
     """``(lo, hi)``: the bytes ``[ptr + lo, ptr + hi)`` that a strided array at ``ptr`` touches.
 
     ``(0, 0)`` for an empty array. Negative strides reach below ``ptr``.
@@ -27,7 +28,7 @@ def byte_extent(shape, strides, itemsize: int) -> tuple[int, int]:
     return lo * itemsize, (hi + 1) * itemsize
 
 
-def self_overlapping(shape, strides) -> bool:
+def self_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
     """True when two different indices reach the same element (zero strides, or tangled ones)."""
     dims = sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1)
     if math.prod(shape) == 0:
@@ -74,7 +75,7 @@ class Buffer:
         b0, b1 = other.address_range()
         return a0 < b1 and b0 < a1 and a0 != a1 and b0 != b1
 
-    def is_dense(self, strides) -> bool:
+    def is_dense(self, strides: Sequence[int]) -> bool:
         """True when the array has exactly ``strides`` (element strides of extent-1 axes ignored)."""
         if self.size <= 1:
             return True

@@ -17,7 +17,9 @@ simulation of the tests). Nothing here imports MPI.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +57,7 @@ def raise_first(problems: Sequence[Problem | None], cause: BaseException | None 
             raise exception(p, r) from cause
 
 
-def agree(comm, failure: BaseException | Problem | None = None, payload=None) -> list:
+def agree(comm: Any, failure: BaseException | Problem | None = None, payload: object = None) -> list[Any]:
     """Collective: gather every rank's ``(problem, payload)``; raise the first problem on every
     rank, else return every rank's payload (in rank order)."""
     mine = problem(failure)
@@ -73,16 +75,18 @@ class attempt:
     ``on_failure`` (optional) runs on every rank before the agreed error is raised (rollback).
     """
 
-    def __init__(self, comm, *, on_failure=None):
-        self.comm = comm
-        self.payload = None
-        self.gathered: list | None = None
+    def __init__(self, comm: Any, *, on_failure: Callable[[], object] | None = None) -> None:
+        self.comm: Any = comm
+        self.payload: Any = None
+        self.gathered: list[Any] | None = None
         self._on_failure = on_failure
 
     def __enter__(self) -> attempt:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         if exc is not None and not isinstance(exc, Exception):
             return False  # KeyboardInterrupt, SystemExit: never swallowed
         try:
@@ -103,9 +107,9 @@ class CallCheck:
     ``Allreduce_init`` is used where the MPI library has it.
     """
 
-    def __init__(self, comm):
-        self.comm = comm
-        self.nranks = comm.Get_size()
+    def __init__(self, comm: Any) -> None:
+        self.comm: Any = comm
+        self.nranks: int = comm.Get_size()
         self._send = np.zeros(4, np.int64)
         self._recv = np.zeros(4, np.int64)
         self._req = None
@@ -119,7 +123,7 @@ class CallCheck:
             except (NotImplementedError, AttributeError, MPI.Exception):
                 self._req = None
 
-    def check(self, problem: Problem | None, signature: int = 0, flag: int = 0, what=None) -> int:
+    def check(self, problem: Problem | None, signature: int = 0, flag: int = 0, what: object = None) -> int:
         """Collective: raise everywhere if any rank failed or signatures differ; return max(flag).
 
         ``what`` (any picklable value) describes this rank's signature in the error message.

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 # redist_status_t (cabi/redist.h): keep in sync.
-STATUS = {
+STATUS: dict[str, int] = {
     "SUCCESS": 0,
     "INVALID_VALUE": 1,
     "INVALID_STATE": 2,
@@ -44,55 +44,55 @@ STATUS = {
 class RedistError(Exception):
     """Base class of every error redist raises on purpose."""
 
-    status = STATUS["INTERNAL"]
+    status: int = STATUS["INTERNAL"]
 
 
 class InvalidValueError(RedistError, ValueError):
     """An argument has the right type but a wrong value (boxes, shapes, options...)."""
 
-    status = STATUS["INVALID_VALUE"]
+    status: int = STATUS["INVALID_VALUE"]
 
 
 class InvalidTypeError(RedistError, TypeError):
     """An argument has the wrong type (unsupported package, stream object, ...)."""
 
-    status = STATUS["INVALID_VALUE"]
+    status: int = STATUS["INVALID_VALUE"]
 
 
 class InvalidStateError(RedistError, RuntimeError):
     """A method was called in a state that does not allow it (execute before plan, after free...)."""
 
-    status = STATUS["INVALID_STATE"]
+    status: int = STATUS["INVALID_STATE"]
 
 
 class NotInitializedError(RedistError, RuntimeError):
     """A runtime (MPI, CUDA, NVSHMEM) that the call needs is not up."""
 
-    status = STATUS["NOT_INITIALIZED"]
+    status: int = STATUS["NOT_INITIALIZED"]
 
 
 class NotSupportedError(RedistError, NotImplementedError):
     """A valid request that this build or this machine cannot serve."""
 
-    status = STATUS["NOT_SUPPORTED"]
+    status: int = STATUS["NOT_SUPPORTED"]
 
 
 class CudaError(RedistError, RuntimeError):
     """A CUDA driver, NVRTC or NVSHMEM call failed."""
 
-    status = STATUS["CUDA"]
+    status: int = STATUS["CUDA"]
 
 
 class CommunicationError(RedistError, RuntimeError):
     """An MPI or NVSHMEM communication step failed."""
 
-    status = STATUS["COMMUNICATION"]
+    status: int = STATUS["COMMUNICATION"]
 
 
 class InternalError(RedistError, RuntimeError):
     """A bug in redist: please report it with the message."""
 
-    status = STATUS["INTERNAL"]
+    status: int = STATUS["INTERNAL"]
 
 
 class BindDistributionError(InvalidValueError):

@@ -181,7 +181,7 @@ def _transfer(s, d, box, itemsize, perm, src_lower, src_strides, dst_lower, dst_
     )
 
 
-def plan_key(*parts) -> str:
+def plan_key(*parts: object) -> str:
     """Stable hex key of a problem description (same problem -> same key, across processes)."""
     return hashlib.sha256(repr((_PLAN_VERSION,) + parts).encode()).hexdigest()[:32]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from .plan import Plan
 from .strided import HostBuffer, copy_host
@@ -19,7 +20,7 @@ from .strided import HostBuffer, copy_host
 __all__ = ["execute_reference", "empty_output"]
 
 
-def empty_output(plan: Plan, dtype) -> np.ndarray:
+def empty_output(plan: Plan, dtype: npt.DTypeLike) -> np.ndarray:
     """A result array for ``plan``'s rank: dense in ``plan.out_order``, filled with 0xA5 bytes."""
     dtype = np.dtype(dtype)
     buf = np.full(max(1, plan.out_elements) * dtype.itemsize, 0xA5, dtype=np.uint8)

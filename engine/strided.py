@@ -9,6 +9,8 @@ is contiguous on both sides, the whole run becomes one void item, and numpy move
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .plan import Copy
@@ -25,7 +27,11 @@ class HostBuffer:
 
     __slots__ = ("ptr", "itemsize", "owner")
 
-    def __init__(self, ptr: int, itemsize: int, owner=None):
+    ptr: int
+    itemsize: int
+    owner: object
+
+    def __init__(self, ptr: int, itemsize: int, owner: object = None):
         self.ptr = int(ptr)
         self.itemsize = int(itemsize)
         self.owner = owner
@@ -35,7 +41,7 @@ class HostBuffer:
         """The buffer whose element 0 is ``arr``'s first element."""
         return cls(arr.__array_interface__["data"][0], arr.dtype.itemsize, arr)
 
-    def view(self, offset: int, shape, strides, run: int = 1) -> np.ndarray:
+    def view(self, offset: int, shape: Sequence[int], strides: Sequence[int], run: int = 1) -> np.ndarray:
         """Void view: ``shape``/``strides`` in elements; the last ``run`` elements fused per item."""
         it = _Interface()
         it._keep = self.owner
@@ -49,7 +55,7 @@ class HostBuffer:
         return np.asarray(it)
 
 
-def _fused(c: Copy):
+def _fused(c: Copy) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
     """(shape, src_strides, dst_strides, run) with a contiguous innermost dim folded into the item."""
     if c.contiguous_inner:
         if len(c.shape) == 1:

@@ -9,7 +9,7 @@ Messages name the ranks and boxes at fault.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import errors
@@ -46,7 +46,7 @@ class RankSpec:
     strides: tuple[int, ...] | None = None
     in_box: BoxT | None = None
     out_box: BoxT | None = None
-    options: tuple = ()
+    options: str | tuple[object, ...] = ()
     in_dist: object = None
     out_dist: object = None
     device: int | None = None
@@ -163,7 +163,10 @@ def consensus_order(specs: Sequence[RankSpec]) -> str | None:
     return "C" if "C" in ok else ("F" if "F" in ok else None)
 
 
-def raise_first(specs: Sequence[RankSpec], check=check_specs) -> None:
+def raise_first(
+    specs: Sequence[RankSpec],
+    check: Callable[[Sequence[RankSpec]], tuple[type[BaseException], str] | None] = check_specs,
+) -> None:
     """Raise the problem ``check`` finds (identically on every rank: the same list everywhere)."""
     found = check(specs)
     if found is not None:

@@ -50,7 +50,7 @@ def main():
 
     ctx = redist.get_context()
     pg = ctx.process_group
-    comm, rank, P = pg.comm, pg.rank, pg.nranks
+    comm, rank, P = pg.mpi_comm, pg.rank, pg.nranks
     dev = ctx.device_id
     assert dev is not None, "no GPU: redist runs CPU-only here"
     cp.cuda.Device(dev).use()

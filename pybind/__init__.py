@@ -17,7 +17,8 @@ from ._distributions import BlockNonCyclic, Box, Distribution, ProcessGrid, Slab
 from ._operands import RawArray
 from ._options import RedistributeOptions
 from ._redistribute import Redistribute, redistribute
-from ._runtime import DistributedContext, ProcessGroup, finalize, get_context, initialize, is_initialized
+from ._runtime import DistributedContext, finalize, get_context, initialize, is_initialized
+from .process_group import MPIProcessGroup, ProcessGroup, TorchProcessGroup
 from .engine.errors import (
     BindDistributionError,
     CommunicationError,
@@ -53,6 +54,8 @@ __all__ = [
     "is_initialized",
     "DistributedContext",
     "ProcessGroup",
+    "MPIProcessGroup",
+    "TorchProcessGroup",
     "allocate_symmetric_memory",
     "free_symmetric_memory",
     "RedistError",

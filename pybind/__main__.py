@@ -97,7 +97,7 @@ def _demo(args) -> int:
         print(f"redist demo: {P} rank(s), global {shape} {dtype.name}, {args.from_} -> {args.to} -> {args.from_}, "
               f"{args.iterations} iterations, execution {forward.execution_space}", flush=True)
     for it in range(1, args.iterations + 1):
-        pg.comm.Barrier()
+        pg.mpi_comm.Barrier()
         t0 = time.perf_counter()
         b = forward.execute()
         t1 = time.perf_counter()
@@ -108,11 +108,11 @@ def _demo(args) -> int:
         times_b.append(t2 - t1)
         bad += int(not bool(xp.array_equal(b, want_b))) + int(not bool(xp.array_equal(a2, a)))
         _progress(it, args.iterations, show)
-    bad = pg.comm.allreduce(bad)
-    moved = pg.comm.allreduce(sum(t.nbytes for t in forward._plan.sends))
+    bad = pg.mpi_comm.allreduce(bad)
+    moved = pg.mpi_comm.allreduce(sum(t.nbytes for t in forward._plan.sends))
     total = math.prod(shape) * dtype.itemsize
-    tf = max(pg.comm.allgather(float(np.median(times_f))))
-    tb = max(pg.comm.allgather(float(np.median(times_b))))
+    tf = max(pg.mpi_comm.allgather(float(np.median(times_f))))
+    tb = max(pg.mpi_comm.allgather(float(np.median(times_b))))
     forward.free()
     backward.free()
     if show:

@@ -15,44 +15,34 @@ import weakref
 from dataclasses import dataclass, field
 
 from .engine.backend import Context
-from .engine.errors import InvalidStateError, InvalidTypeError
+from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
+from .process_group import MPIProcessGroup, ProcessGroup
 
-__all__ = ["ProcessGroup", "DistributedContext", "initialize", "finalize", "get_context", "is_initialized"]
+__all__ = ["DistributedContext", "initialize", "finalize", "get_context", "is_initialized"]
 
-
-@dataclass(frozen=True)
-class ProcessGroup:
-    """The processes taking part: an mpi4py communicator with its rank and size."""
-
-    comm: object
-    rank: int
-    nranks: int
-
-    def allgather(self, obj) -> list:
-        """Collective: every rank's ``obj``, in rank order (pickled; for small setup data only)."""
-        return self.comm.allgather(obj)
-
-    def bcast(self, obj, root: int = 0):
-        return self.comm.bcast(obj, root=root)
+#: what ``initialize(backends=...)`` may name (nvmath-python's set); redist uses NVSHMEM only
+BACKENDS = ("nvshmem", "nccl")
 
 
 @dataclass(frozen=True)
 class DistributedContext:
-    """What :func:`get_context` returns.
+    """What :func:`get_context` returns (nvmath-python's fields, plus redist's).
 
     ``device_id`` is the CUDA device this process uses, or None when it runs CPU-only;
-    ``cuda`` is the CUDA/NVSHMEM runtime object (None when CPU-only); ``engine`` is what the
-    backends get (redist's own duplicate of the communicator, and the CUDA runtime).
+    ``process_group`` the :class:`~redist.process_group.ProcessGroup` given to
+    :func:`initialize` (an :class:`~redist.process_group.MPIProcessGroup` of ``MPI.COMM_WORLD``
+    by default); ``nvshmem_available`` whether NVSHMEM is up; ``nccl_comm`` is always None
+    (redist does not use NCCL). ``cuda`` is the CUDA/NVSHMEM runtime object (None when
+    CPU-only); ``engine`` is what the backends get (redist's own duplicate of the communicator,
+    and the CUDA runtime).
     """
 
-    process_group: ProcessGroup
     device_id: int | None
+    process_group: ProcessGroup
+    nvshmem_available: bool = False
+    nccl_comm: None = None
     cuda: object | None = field(default=None, repr=False)
     engine: Context | None = field(default=None, repr=False)
-
-    @property
-    def nvshmem_available(self) -> bool:
-        return self.cuda is not None
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -83,53 +73,127 @@ def _shared_gpu_default() -> bool:
     return os.environ.get("REDIST_SHARED_GPU", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _start(device_id, communicator, shared_gpu=None) -> DistributedContext:
+def _mpi_comm_of(process_group):
+    """(ProcessGroup, mpi4py communicator under it) for what initialize() was given."""
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD if communicator is None else communicator
-    if not isinstance(comm, MPI.Intracomm):
+    if process_group is None:
+        return MPIProcessGroup(MPI.COMM_WORLD), MPI.COMM_WORLD
+    if isinstance(process_group, MPI.Comm):
+        if not isinstance(process_group, MPI.Intracomm):
+            raise InvalidTypeError(
+                f"Unrecognized process group type ({type(process_group).__name__}): an inter-communicator; redist "
+                "needs an mpi4py intra-communicator or a redist.ProcessGroup")
+        return MPIProcessGroup(process_group), process_group
+    if not isinstance(process_group, ProcessGroup):
         raise InvalidTypeError(
-            f"Unrecognized communicator type ({type(comm).__name__}). Need an mpi4py intra-communicator."
-        )
-    if device_id is None:
-        device_id = os.environ.get("REDIST_DEVICE") or None
-        if isinstance(device_id, str) and device_id.lstrip("-").isdigit():
-            device_id = int(device_id)
-    pg = ProcessGroup(comm, comm.Get_rank(), comm.Get_size())
+            f"Unrecognized process group type ({type(process_group).__name__}). Need redist.ProcessGroup (e.g. "
+            "MPIProcessGroup, TorchProcessGroup) or mpi4py communicator.")
+    comm = process_group.mpi_comm
+    if comm is not None:
+        return process_group, comm
+    # not backed by MPI (e.g. torch.distributed): redist moves data over MPI, so the same processes
+    # must form MPI.COMM_WORLD in the same order (started by mpiexec); checked through the group itself
+    world = MPI.COMM_WORLD
+    mapping = process_group.allgather((world.Get_rank(), world.Get_size()))
+    if any(m != (r, process_group.nranks) for r, m in enumerate(mapping)):
+        bad = next(r for r, m in enumerate(mapping) if m != (r, process_group.nranks))
+        raise NotSupportedError(
+            f"{type(process_group).__name__} rank {bad} is MPI.COMM_WORLD rank {mapping[bad][0]} of "
+            f"{mapping[bad][1]}: redist moves data over MPI and NVSHMEM bootstrapped over MPI, so a process "
+            "group that is not an MPI communicator must have the same processes in the same order as "
+            "MPI.COMM_WORLD (start the job with mpiexec)")
+    return process_group, world
+
+
+def _check_backends(backends, device_id):
+    """None, or nvmath-python's list: "nvshmem" (needs a GPU) is what redist's GPU path uses."""
+    if backends is None:
+        return None
+    if isinstance(backends, str):
+        backends = [backends]
+    backends = list(backends)
+    for b in backends:
+        if b not in BACKENDS:
+            raise InvalidValueError(f"backend must be one of {BACKENDS}, got {b!r}")
+    if not backends:
+        raise InvalidValueError(f"Need to specify at least one of {BACKENDS} communication backends")
+    if "nvshmem" not in backends:
+        raise NotSupportedError(
+            f"backends={backends}: redist moves GPU data with NVSHMEM and host data with MPI, and does not use "
+            "NCCL; pass backends=['nvshmem'] (or None) to run on GPUs, or device_id='cpu' for host memory only")
+    if device_id == "cpu":
+        raise InvalidValueError("backends=['nvshmem'] needs a GPU, but device_id is 'cpu'")
+    return backends
+
+
+def _start(device_id, process_group, backends, shared_gpu, already: bool) -> DistributedContext:
+    """Collective. Problems with the arguments on any rank are raised on every rank."""
+    from mpi4py import MPI
+
+    from .engine import collective
+
+    comm = MPI.COMM_WORLD if not isinstance(process_group, MPI.Intracomm) else process_group
+    with collective.attempt(comm):
+        if already:
+            raise InvalidStateError("redist has already been initialized; call redist.finalize() first")
+        if device_id is None:
+            device_id = os.environ.get("REDIST_DEVICE") or None
+            if isinstance(device_id, str) and device_id.lstrip("-").isdigit():
+                device_id = int(device_id)
+        if device_id is not None and device_id != "cpu" and (
+                isinstance(device_id, bool) or not isinstance(device_id, int)):
+            raise InvalidTypeError(
+                "The device ID used to initialize redist must be an integer (or 'cpu', or None for automatic). "
+                f"The provided device ID is {device_id!r}.")
+        backends = _check_backends(backends, device_id)
+        if process_group is not None and not isinstance(process_group, (MPI.Comm, ProcessGroup)):
+            raise InvalidTypeError(
+                f"Unrecognized process group type ({type(process_group).__name__}). Need redist.ProcessGroup "
+                "(e.g. MPIProcessGroup, TorchProcessGroup) or mpi4py communicator.")
+    pg, comm = _mpi_comm_of(process_group)
     own = comm.Dup()  # redist's traffic never meets the application's (one per context, freed by finalize)
     try:
         dev = None
         if device_id != "cpu":
             from .engine.cuda import runtime as cuda_runtime
 
-            dev = cuda_runtime.resolve_device(own, device_id)
+            # backends=["nvshmem"]: a GPU on every rank, or an error on every rank
+            dev = cuda_runtime.resolve_device(own, device_id, required=backends is not None)
         cuda_rt = None
         if dev is not None:
             shared = _shared_gpu_default() if shared_gpu is None else bool(shared_gpu)
             cuda_rt = cuda_runtime.start(own, dev, shared_gpu=shared)
     except BaseException:
-        own.Free()
+        if not MPI.Is_finalized():
+            own.Free()
         raise
-    return DistributedContext(pg, dev, cuda_rt, Context(own, cuda_rt))
+    return DistributedContext(dev, pg, cuda_rt is not None, None, cuda_rt, Context(own, cuda_rt))
 
 
-def initialize(device_id: int | str | None = None, communicator=None, *, shared_gpu: bool | None = None) -> None:
-    """Collective: bring up redist on ``communicator`` (default ``MPI.COMM_WORLD``).
+def initialize(device_id: int | str | None = None, process_group=None, backends=None, *,
+               shared_gpu: bool | None = None) -> None:
+    """Collective: bring up redist on ``process_group`` (default ``MPI.COMM_WORLD``).
 
-    ``device_id``: None picks "local rank modulo visible GPUs" when every rank can use a GPU
-    (and CPU-only otherwise); an integer forces that CUDA device; "cpu" never touches a GPU.
-    The environment variable ``REDIST_DEVICE`` ("cpu" or an integer) sets the default. With a
-    GPU, NVSHMEM is initialised here (UID bootstrap over the communicator).
+    The signature is nvmath-python's ``initialize(device_id, process_group, backends)``, with
+    defaults. ``device_id``: None picks "local rank modulo visible GPUs" when every rank can use
+    a GPU (and CPU-only otherwise); an integer forces that CUDA device; "cpu" never touches a
+    GPU. The environment variable ``REDIST_DEVICE`` ("cpu" or an integer) sets the default.
+    ``process_group``: an mpi4py intra-communicator or a :class:`~redist.ProcessGroup`
+    (:class:`~redist.MPIProcessGroup`, :class:`~redist.TorchProcessGroup` under ``mpiexec``).
+    ``backends``: None (redist decides), or nvmath's list: it must contain "nvshmem" (then every
+    rank needs a GPU); "nccl" is accepted next to it but unused (redist does not use NCCL).
+    With a GPU, NVSHMEM is initialised here (UID bootstrap over the communicator).
     ``shared_gpu``: let several ranks use one GPU (for tests and development: the processes
     time-slice it; only ``signal="epoch"`` graphs run there). None reads ``REDIST_SHARED_GPU=1``.
     It must be equal on every rank. Without it, two ranks on one GPU raise NotSupportedError.
     Raises InvalidStateError if redist is already initialised (call :func:`finalize` first).
+    Any problem on any rank is raised on every rank.
     """
     global _ctx, _atexit_registered
     with _lock:
-        if _ctx is not None:
-            raise InvalidStateError("redist has already been initialized; call redist.finalize() first")
-        _ctx = _start(device_id, communicator, shared_gpu)
+        ctx = _start(device_id, process_group, backends, shared_gpu, _ctx is not None)
+        _ctx = ctx
         if not _atexit_registered:
             atexit.register(finalize)
             _atexit_registered = True

@@ -24,7 +24,7 @@ def emulate_job(
     plans: Sequence[Plan],
     inputs: Sequence[np.ndarray],
     *,
-    reach=None,
+    reach: np.ndarray | None = None,
     transport: str = "auto",
     vec: int | None = None,
     in_offsets: Sequence[int] | None = None,

@@ -11,7 +11,10 @@ spinning on a barrier the failed rank will not reach. See DESIGN.md beside this 
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,7 +23,11 @@ from ..buffer import Buffer
 from ..errors import CudaError, InvalidStateError
 from ..plan import Plan
 from . import kernels as K
-from .launch_list import KernelStep, LaunchList, align_of, protocol_rows, table_rows
+from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
+
+if TYPE_CHECKING:
+    from .graph import Capture, GraphExec, KernelLaunch
+    from .runtime import Runtime
 
 _SIGNAL_ADD = 10  # NVSHMEM_SIGNAL_ADD (nvshmem.bindings.Signal_op.SIGNAL_ADD)
 
@@ -30,7 +37,7 @@ __all__ = ["CudaExecutable"]
 class _Kernel:
     """A KernelStep made real: table in device memory + KernelLaunch (args, node params, nodes)."""
 
-    def __init__(self, step: KernelStep, launch, table_ptr: int):
+    def __init__(self, step: KernelStep, launch: KernelLaunch, table_ptr: int) -> None:
         self.step = step
         self.launch = launch
         self.table_ptr = table_ptr
@@ -50,16 +57,25 @@ class CudaExecutable:
     """A lowered plan: engine-owned symmetric result, optional staging, kernels, one graph."""
 
     backend = "cuda"
+    plan: Plan
+    rt: Runtime
+    launch_list: LaunchList
+    serial: int
+    blocking: bool
+    result_ptr: int
+    result_bytes: int
+    graphs: bool
+    result: Buffer
 
-    def __init__(self, plan: Plan, rt, ll: LaunchList, funcs: dict[str, dict[int, int]], *, serial: int,
-                 blocking: bool = False, logger=None):
+    def __init__(self, plan: Plan, rt: Runtime, ll: LaunchList, funcs: dict[str, dict[int, int]], *,
+                 serial: int, blocking: bool = False, logger: logging.Logger | None = None) -> None:
         self.plan, self.rt, self.launch_list, self._logger = plan, rt, ll, logger
         self.serial = serial
         self.blocking = bool(blocking)
         self._drv = rt.driver
         self._funcs = funcs
         self._kernels: dict[str, _Kernel] = {}
-        self._exec = None
+        self._exec: GraphExec | None = None
         self._freed = False
         self._detached = False
         self._need_workspace = False
@@ -133,7 +149,7 @@ class CudaExecutable:
             raise CudaError(f"nvshmem_ptr(control block, {pe}) is NULL although peer {pe} was found reachable")
         return ptr
 
-    def _protocol(self, k: KernelStep) -> tuple:
+    def _protocol(self, k: KernelStep) -> tuple[int, ...]:
         """The epoch kernel's protocol arguments (its peer-address array goes to device memory)."""
         rt = self.rt
         proto = protocol_rows(k, ctl=self._peer_ctl, me=rt.rank, nranks=rt.nranks)
@@ -159,7 +175,8 @@ class CudaExecutable:
             if st.op == "put"
         ]
 
-    def _nvshmem_step(self, st, stream: int, puts, warm: bool = False) -> None:
+    def _nvshmem_step(self, st: Step, stream: int, puts: Iterator[tuple[int, int, int, int]],
+                      warm: bool = False) -> None:
         """Enqueue one NVSHMEM step. Signals add 1 per execute (replay-safe; 0 when warming up)."""
         nb, op = self.rt.nb, st.op
         if op == "sync_all":
@@ -222,7 +239,7 @@ class CudaExecutable:
         self._out_delta = delta
         self._update(self._out_kernels, "a_delta", "out_align", delta)
 
-    def _update(self, kernels, arg: str, align_attr: str, value: int) -> None:
+    def _update(self, kernels: list[_Kernel], arg: str, align_attr: str, value: int) -> None:
         """Set kernel argument ``arg`` to ``value`` in every node of ``kernels`` (vector width follows alignment)."""
         a = min(value & -value, 16) if value else 16
         for kern in kernels:
@@ -274,7 +291,7 @@ class CudaExecutable:
 
     # -- execution ------------------------------------------------------------------------------
 
-    def _enqueue(self, stream: int, sync: bool, cap=None) -> None:
+    def _enqueue(self, stream: int, sync: bool, cap: Capture | None = None) -> None:
         puts = iter(self._puts)
         for st in self.launch_list.steps:
             op = st.op
@@ -295,7 +312,7 @@ class CudaExecutable:
             else:
                 self._nvshmem_step(st, stream, puts)
 
-    def _instantiate(self):
+    def _instantiate(self) -> GraphExec:
         from cuda.bindings import driver
 
         from .graph import Capture, GraphExec, check
@@ -461,7 +478,7 @@ class CudaExecutable:
                 rt.sym_free(self.result_ptr)
             self.result_ptr = 0
 
-    def __del__(self):
+    def __del__(self) -> None:
         # Garbage-collected without free(): what is local goes now (the graph exec: the driver
         # defers its destruction while it runs); symmetric memory and tables, whose release must
         # wait for the GPU and (symmetric) for every rank, go to the runtime, which frees them

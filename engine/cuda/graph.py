@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Literal
 
 from ..errors import CudaError
 
 __all__ = ["Capture", "Driver", "GraphExec", "KernelLaunch", "KernelNodeParams", "check", "driver_api"]
 
 
-def check(result, what: str):
+def check(result: tuple[Any, ...], what: str) -> Any:
     """Raise CudaError unless the cuda.bindings call succeeded; return the remaining values."""
     from cuda.bindings import driver
 
@@ -93,7 +96,16 @@ _SIGNATURES = {
 class Driver:
     """ctypes function pointers to the hot driver calls (see the module docstring)."""
 
-    def __init__(self):
+    # one attribute per entry of _SIGNATURES (set in __init__); each returns a CUresult (0: success)
+    cuGraphLaunch: Callable[..., int]
+    cuGraphExecKernelNodeSetParams: Callable[..., int]
+    cuLaunchKernel: Callable[..., int]
+    cuStreamSynchronize: Callable[..., int]
+    cuMemcpyHtoDAsync: Callable[..., int]
+    cuMemcpyDtoHAsync: Callable[..., int]
+    cuMemcpyDtoDAsync: Callable[..., int]
+
+    def __init__(self) -> None:
         from cuda.bindings import driver
 
         check(driver.cuInit(0), "cuInit")
@@ -115,7 +127,7 @@ class Driver:
                 fn = proto((fallback, lib))
             setattr(self, name, fn)
 
-    def call(self, name: str, *args) -> None:
+    def call(self, name: str, *args: Any) -> None:
         rc = getattr(self, name)(*args)
         if rc:
             raise CudaError(f"{name} failed with CUresult {rc}{_err_name(rc)}")
@@ -130,7 +142,7 @@ def _err_name(rc: int) -> str:
         return ""
 
 
-_driver = None
+_driver: Driver | None = None
 _driver_lock = threading.Lock()
 
 
@@ -152,16 +164,16 @@ class KernelLaunch:
     """
 
     def __init__(self, drv: Driver, funcs: dict[int, int], grid: int, block: int, table_ptr: int, nsegs: int,
-                 protocol: tuple = ()):
+                 protocol: tuple[int, ...] = ()) -> None:
         self.drv = drv
-        self.funcs = dict(funcs)  # vector width -> CUfunction (int)
-        self.vec = max(self.funcs)
-        self.a_in = ctypes.c_void_p(0)
-        self.a_delta = ctypes.c_longlong(0)
-        self.a_table = ctypes.c_void_p(table_ptr)
-        self.a_nsegs = ctypes.c_int(nsegs)
+        self.funcs: dict[int, int] = dict(funcs)  # vector width -> CUfunction (int)
+        self.vec: int = max(self.funcs)
+        self.a_in: ctypes.c_void_p = ctypes.c_void_p(0)
+        self.a_delta: ctypes.c_longlong = ctypes.c_longlong(0)
+        self.a_table: ctypes.c_void_p = ctypes.c_void_p(table_ptr)
+        self.a_nsegs: ctypes.c_int = ctypes.c_int(nsegs)
         args = [self.a_in, self.a_delta, self.a_table, self.a_nsegs]
-        self.a_wait = None
+        self.a_wait: ctypes.c_int | None = None
         if protocol:
             ctl, proto, nranks, ncredit, narrive, nwait, wait, bump = protocol
             self.a_wait = ctypes.c_int(wait)
@@ -179,9 +191,10 @@ class KernelLaunch:
         p.extra = None
         p.kern = None
         p.ctx = None
-        self.params = p
+        self.params: KernelNodeParams = p
         self._pref = ctypes.pointer(p)
-        self.grid, self.block = grid, block
+        self.grid: int = grid
+        self.block: int = block
         self.nodes: list[tuple[int, int]] = []  # (CUgraphExec, CUgraphNode) as ints
 
     def set_vec(self, vec: int) -> None:
@@ -211,7 +224,7 @@ class KernelLaunch:
                 raise CudaError(f"cuGraphExecKernelNodeSetParams failed with CUresult {rc}{_err_name(rc)}")
 
 
-def _capture_dependencies(stream_obj) -> list:
+def _capture_dependencies(stream_obj: Any) -> list[Any]:
     """The nodes the next captured operation will depend on (i.e. the last ones captured)."""
     from cuda.bindings import driver
 
@@ -227,13 +240,13 @@ def _capture_dependencies(stream_obj) -> list:
 class Capture:
     """``with Capture(stream) as cap: ...; cap.mark()`` -> the graph and the nodes of each mark."""
 
-    def __init__(self, stream: int):
+    def __init__(self, stream: int) -> None:
         from cuda.bindings import driver
 
         self._stream = driver.CUstream(stream)
-        self.graph = None
+        self.graph: Any = None  # the captured CUgraph (cuda.bindings), once the block is left
 
-    def __enter__(self):
+    def __enter__(self) -> Capture:
         from cuda.bindings import driver
 
         check(
@@ -244,11 +257,13 @@ class Capture:
         )
         return self
 
-    def mark(self) -> list:
+    def mark(self) -> list[Any]:
         """Nodes captured by the last operation (the current capture dependencies)."""
         return _capture_dependencies(self._stream)
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
         from cuda.bindings import driver
 
         res = driver.cuStreamEndCapture(self._stream)
@@ -263,16 +278,16 @@ class Capture:
 class GraphExec:
     """An instantiated graph plus the graph it came from (node handles live in the latter)."""
 
-    def __init__(self, graph, upload_stream: int | None = None):
+    def __init__(self, graph: Any, upload_stream: int | None = None) -> None:
         from cuda.bindings import driver
 
-        self.graph = graph
-        self.exec = check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        self.handle = int(self.exec)
+        self.graph: Any = graph  # CUgraph (cuda.bindings); None once destroyed
+        self.exec: Any = check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")  # CUgraphExec
+        self.handle: int = int(self.exec)
         if upload_stream is not None:
             check(driver.cuGraphUpload(self.exec, driver.CUstream(upload_stream)), "cuGraphUpload")
-        self.toggle_nodes: list = []
-        self.toggle_enabled = True
+        self.toggle_nodes: list[Any] = []  # CUgraphNode handles
+        self.toggle_enabled: bool = True
 
     def count_nodes(self) -> dict[str, int]:
         from cuda.bindings import driver

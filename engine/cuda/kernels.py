@@ -19,6 +19,8 @@ import hashlib
 import math
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -143,10 +145,10 @@ def family_source(run_bytes: int, nout: int, kind: str = "plain") -> str:
 
 
 _compile_lock = threading.Lock()
-_compiled: dict[tuple, object] = {}
+_compiled: dict[tuple[str, str], Any] = {}
 
 
-def compile_family(run_bytes: int, nout: int, arch: str = "90", kind: str = "plain"):
+def compile_family(run_bytes: int, nout: int, arch: str = "90", kind: str = "plain") -> Any:
     """NVRTC-compile one family (one kind) to a cubin for ``sm_<arch>``; cached per process.
 
     Returns ObjectCode. Cubin, not PTX: PTX from an NVRTC newer than the driver would not load.
@@ -174,7 +176,7 @@ def compile_family(run_bytes: int, nout: int, arch: str = "90", kind: str = "pla
         return obj
 
 
-def pack_table(rows: list[dict]) -> np.ndarray:
+def pack_table(rows: list[dict[str, Any]]) -> np.ndarray:
     """The device segment table (SEG_DTYPE records) from plain dicts.
 
     Each dict: src, dst (ints), src_rel, dst_rel (bools), bytes, row_bytes, outer (extents,
@@ -227,8 +229,8 @@ def emulate(
     grid: int,
     in_base: int,
     out_delta: int,
-    load,
-    store,
+    load: Callable[[np.ndarray, int], np.ndarray],
+    store: Callable[[np.ndarray, np.ndarray], None],
 ) -> None:
     """Run the kernel's addressing on the host, the way copy.cu does (vectorised per segment).
 

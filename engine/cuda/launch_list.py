@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import geometry as geo
 from ..errors import InvalidValueError, NotSupportedError
@@ -222,7 +224,7 @@ def traffic_matrix(plan: Plan) -> np.ndarray:
     return vol > 0
 
 
-def push_matrix(reach, traffic: np.ndarray, transport: str) -> np.ndarray:
+def push_matrix(reach: npt.ArrayLike, traffic: np.ndarray, transport: str) -> np.ndarray:
     """``push[s, d]`` for every pair with traffic: True = s writes d's result directly.
 
     ``reach[s][d]``: s can load/store d's symmetric memory (nvshmem_ptr != 0).
@@ -244,7 +246,7 @@ def push_matrix(reach, traffic: np.ndarray, transport: str) -> np.ndarray:
     return traffic & reach
 
 
-def _byte_copy(c: Copy, s: int) -> tuple[int, tuple, tuple, tuple]:
+def _byte_copy(c: Copy, s: int) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(row_bytes, outer extents, src byte strides, dst byte strides) of an element copy."""
     if c.contiguous_inner:
         return (
@@ -324,7 +326,7 @@ def _segments(
 
 
 def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int, *, protocol: bool = False,
-                 **kw) -> KernelStep | None:
+                 **kw: Any) -> KernelStep | None:
     """The launch of ``segs`` (None when there are none, unless the protocol needs the kernel)."""
     if not segs and not protocol:
         return None
@@ -348,7 +350,7 @@ def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int,
 
 def build_launch_list(
     plan: Plan,
-    reach=None,
+    reach: np.ndarray | None = None,
     *,
     transport: str = "auto",
     signal: str = "epoch",
@@ -454,7 +456,9 @@ def build_launch_list(
     )
 
 
-def table_rows(step: KernelStep, *, output: Callable[[int], int], send: int = 0, recv: int = 0) -> list[dict]:
+def table_rows(
+    step: KernelStep, *, output: Callable[[int], int], send: int = 0, recv: int = 0
+) -> list[dict[str, Any]]:
     """Segment-table rows with real addresses: ``output(rank)`` = that rank's result as mapped here."""
     rows, b0 = [], 0
     for seg, nb in zip(step.segments, step.blocks):

@@ -12,6 +12,7 @@ error and none is left waiting in an NVSHMEM allocation or barrier.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,10 +22,13 @@ from ..plan import Plan
 from .executable import CudaExecutable
 from .launch_list import TRANSPORTS, build_launch_list
 
+if TYPE_CHECKING:
+    from ..backend import Context, LowerOptions
+
 __all__ = ["lower"]
 
 
-def lower(plan: Plan, ctx, options) -> CudaExecutable:
+def lower(plan: Plan, ctx: Context, options: LowerOptions) -> CudaExecutable:
     """Collective: lower ``plan`` onto the CUDA runtime of ``ctx`` (``ctx.cuda``).
 
     ``options.transport``: "auto" (push to every load/store-reachable peer, put to the others),

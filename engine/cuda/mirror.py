@@ -10,6 +10,8 @@ executable's, so a rank with a problem copies nothing and every rank raises.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .. import collective
@@ -18,6 +20,10 @@ from ..plan import Plan
 from .executable import CudaExecutable
 from .lowering import lower as lower_cuda
 
+if TYPE_CHECKING:
+    from ..backend import Context, LowerOptions
+    from .runtime import Runtime
+
 __all__ = ["MirrorExecutable", "lower"]
 
 
@@ -25,8 +31,10 @@ class MirrorExecutable:
     """A host-memory executable that runs on the GPU (see the module docstring)."""
 
     backend = "cuda-mirror"
+    rt: Runtime
+    result: Buffer
 
-    def __init__(self, inner: CudaExecutable):
+    def __init__(self, inner: CudaExecutable) -> None:
         plan = inner.plan
         self.plan: Plan = plan
         self.rt = inner.rt
@@ -123,6 +131,6 @@ class MirrorExecutable:
         return f"host operand through a {self._span}-byte device mirror (execution='cuda')\n{inner}"
 
 
-def lower(plan: Plan, ctx, options) -> MirrorExecutable:
+def lower(plan: Plan, ctx: Context, options: LowerOptions) -> MirrorExecutable:
     """Collective: the CUDA executable of ``plan`` wrapped in a host mirror."""
     return MirrorExecutable(lower_cuda(plan, ctx, options))

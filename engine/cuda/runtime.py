@@ -19,10 +19,15 @@ import logging
 import os
 import threading
 import warnings
+from typing import TYPE_CHECKING, Any
 
 from .. import collective
 from ..errors import CudaError, InvalidStateError, InvalidValueError, NotInitializedError, NotSupportedError
-from .graph import check, driver_api
+from .graph import Driver, check, driver_api
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from mpi4py import MPI
 
 __all__ = ["Runtime", "current", "is_started", "resolve_device", "start", "stop", "visible_devices"]
 
@@ -64,7 +69,21 @@ def _env_size(name: str, default: int) -> int:
 class Runtime:
     """What the CUDA backend needs from the process: device, NVSHMEM, heap, kernels, streams."""
 
-    def __init__(self, comm, device_id: int):
+    comm: MPI.Intracomm
+    rank: int
+    nranks: int
+    device_id: int
+    device: Any  # cuda.core.Device
+    arch: str
+    sm_count: int
+    driver: Driver
+    nb: Any  # the nvshmem.bindings module (set by start())
+    stream: int
+    anchor: int
+    stopped: bool
+    shared_gpu: bool
+
+    def __init__(self, comm: MPI.Intracomm, device_id: int) -> None:
         from cuda.bindings import driver
         from cuda.core import Device
 
@@ -230,7 +249,7 @@ class Runtime:
             for p in sym:
                 self.sym_free(p)
 
-    def sym_lookup(self, ptr: int):
+    def sym_lookup(self, ptr: int) -> tuple[int, int, str] | None:
         """(base, nbytes, owner) of the live allocation containing ``ptr``, or None."""
         ent = self._sym.get(ptr)
         if ent is not None:
@@ -270,7 +289,7 @@ class Runtime:
         if ptr:
             check(driver.cuMemFree(driver.CUdeviceptr(ptr)), "cuMemFree")
 
-    def htod(self, dst: int, arr) -> None:
+    def htod(self, dst: int, arr: npt.ArrayLike) -> None:
         """Blocking host -> device copy of a numpy array's bytes."""
         import numpy as np
         from cuda.bindings import driver
@@ -345,14 +364,14 @@ class Runtime:
             self.stream = 0
         self.stopped = True
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"<redist.engine.cuda.Runtime rank {self.rank}/{self.nranks} device {self.device_id} sm_{self.arch} "
             f"symmetric {self._sym_bytes} B>"
         )
 
 
-def _set_env_defaults(comm) -> None:
+def _set_env_defaults(comm: MPI.Intracomm) -> None:
     """Single-node jobs: bootstrap over loopback, skip the remote transport. NVLS stays off."""
     os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
     try:
@@ -368,7 +387,7 @@ def _set_env_defaults(comm) -> None:
         os.environ.setdefault("NVSHMEM_REMOTE_TRANSPORT", "none")
 
 
-def _check_gpu_sharing(comm, device_id: int, allow_shared: bool) -> bool:
+def _check_gpu_sharing(comm: MPI.Intracomm, device_id: int, allow_shared: bool) -> bool:
     """Collective: True when some ranks share a GPU (then only if every rank allowed it).
 
     Several NVSHMEM PEs on one GPU ("limited MPG") turn on-stream team barriers into CPU spins
@@ -436,12 +455,12 @@ def visible_devices() -> tuple[int, str | None]:
     return n, None
 
 
-def resolve_device(comm, device_id) -> int | None:
+def resolve_device(comm: MPI.Intracomm, device_id: int | str | None, *, required: bool = False) -> int | None:
     """Collective: this rank's CUDA device, or None for a CPU-only run (then on every rank).
 
     ``device_id``: None = "local rank modulo visible devices" when every rank has one (else
-    CPU-only), an integer >= 0 forces that device (NotSupportedError on every rank if some rank
-    cannot use it), "cpu" never touches a GPU.
+    CPU-only, unless ``required``), an integer >= 0 forces that device (NotSupportedError on
+    every rank if some rank cannot use it), "cpu" never touches a GPU.
     """
     explicit = device_id is not None and device_id != "cpu"
     bad = None
@@ -456,9 +475,10 @@ def resolve_device(comm, device_id) -> int | None:
             why, ngpus = f"device_id {device_id} but only {ngpus} device(s) are visible", 0
     answers = collective.agree(comm, bad, (ngpus, why))
     if any(n == 0 for n, _ in answers):
-        if explicit:
+        if explicit or required:
             r, (_, w) = next((r, a) for r, a in enumerate(answers) if a[0] == 0)
-            raise NotSupportedError(f"cannot use CUDA device {device_id}: on rank {r}, {w}")
+            which = f"CUDA device {device_id}" if explicit else "a GPU (backends=['nvshmem'])"
+            raise NotSupportedError(f"cannot use {which}: on rank {r}, {w}")
         return None
     if explicit:
         return device_id
@@ -470,7 +490,7 @@ def resolve_device(comm, device_id) -> int | None:
     return local % ngpus
 
 
-def start(comm, device_id: int, *, shared_gpu: bool = False) -> Runtime:
+def start(comm: MPI.Intracomm, device_id: int, *, shared_gpu: bool = False) -> Runtime:
     """Collective: CUDA device ``device_id`` + NVSHMEM (UID bootstrap over ``comm``). Returns the Runtime.
 
     ``shared_gpu``: allow several ranks on one GPU (see :func:`_check_gpu_sharing`).

@@ -7,14 +7,20 @@ addresses into cupy arrays or torch tensors; everything that looks at the heap i
 
 from __future__ import annotations
 
+import logging
+from typing import TYPE_CHECKING
+
 from .. import collective
 from ..errors import InvalidValueError
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 __all__ = ["allocate", "free"]
 
 
-def allocate(rt, nbytes: int, *, make_symmetric: bool = False, skip_symmetric_check: bool = False,
-             failure: BaseException | None = None, logger=None, what: str = "") -> int:
+def allocate(rt: Runtime, nbytes: int, *, make_symmetric: bool = False, skip_symmetric_check: bool = False,
+             failure: BaseException | None = None, logger: logging.Logger | None = None, what: str = "") -> int:
     """Collective: the address of a new user allocation of ``nbytes`` on every rank.
 
     ``failure``: this rank's problem met before (bad shape or dtype), raised on every rank.
@@ -39,7 +45,7 @@ def allocate(rt, nbytes: int, *, make_symmetric: bool = False, skip_symmetric_ch
     return ptr
 
 
-def _free_problem(rt, ptrs: list[int]) -> None:
+def _free_problem(rt: Runtime, ptrs: list[int]) -> None:
     seen = set()
     for ptr in ptrs:
         ent = rt.sym_lookup(ptr)
@@ -66,7 +72,7 @@ def _free_problem(rt, ptrs: list[int]) -> None:
         seen.add(ptr)
 
 
-def free(rt, ptrs: list[int], *, failure: BaseException | None = None) -> None:
+def free(rt: Runtime, ptrs: list[int], *, failure: BaseException | None = None) -> None:
     """Collective: free user allocations (same order on every rank), after the GPU is idle."""
     if failure is None:
         try:

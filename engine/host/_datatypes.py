@@ -7,27 +7,37 @@ Everything here is built once (at lowering or when a buffer is rebound), never p
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..strided import HostBuffer
 
+if TYPE_CHECKING:
+    from mpi4py.MPI import Datatype
+
+    from ..plan import Copy
+
 __all__ = ["copy_views", "fused", "is_contiguous", "region_datatype", "span_bytes"]
 
 
-def is_contiguous(shape, strides) -> bool:
+def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
     """True when a simplified region is one contiguous run (simplify merges everything it can)."""
     return len(shape) == 1 and (strides[0] == 1 or shape[0] == 1)
 
 
-def span_bytes(shape, strides, itemsize: int) -> int:
+def span_bytes(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> int:
     """Bytes from the region's first element to the end of its last (positive strides)."""
     if math.prod(shape) == 0:
         return 0
     return (sum((n - 1) * s for n, s in zip(shape, strides)) + 1) * itemsize
 
 
-def fused(shape, src_strides, dst_strides):
+def fused(
+    shape: Sequence[int], src_strides: Sequence[int], dst_strides: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
     """(shape, src_strides, dst_strides, run): a contiguous innermost dim folded into one item.
 
     Same rule as :func:`redist.engine.strided.copy_host`, so numpy moves each run with one memcpy.
@@ -39,7 +49,9 @@ def fused(shape, src_strides, dst_strides):
     return tuple(shape), tuple(src_strides), tuple(dst_strides), 1
 
 
-def copy_views(c, src: HostBuffer, dst: HostBuffer, src_base: int = 0, dst_base: int = 0):
+def copy_views(
+    c: Copy, src: HostBuffer, dst: HostBuffer, src_base: int = 0, dst_base: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Void views ``(dst_view, src_view)`` such that ``np.copyto(dst_view, src_view)`` performs ``c``.
 
     ``*_base`` are extra element offsets (a staging slot). Built once; copying through them
@@ -51,7 +63,9 @@ def copy_views(c, src: HostBuffer, dst: HostBuffer, src_base: int = 0, dst_base:
     return d, s
 
 
-def region_datatype(MPI, shape, strides, itemsize: int):
+def region_datatype(
+    MPI: ModuleType, shape: Sequence[int], strides: Sequence[int], itemsize: int
+) -> Datatype | None:
     """A committed MPI datatype for ``shape`` elements at ``strides`` (elements), or None if contiguous.
 
     Built from bytes: the innermost contiguous run (or one element) is a contiguous type, each

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -60,6 +61,9 @@ from ..plan import Plan
 from ..strided import HostBuffer
 from ._datatypes import copy_views, empty_bytes, region_datatype
 from .messages import Message, Side, align
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "out_problem"]
 
@@ -100,8 +104,14 @@ class HostExecutable:
     """A plan bound to MPI: see the module docstring. Made by :func:`lower`."""
 
     backend = "host"
+    plan: Plan
+    method: str
+    comm: MPI.Intracomm
+    result: Buffer
 
-    def __init__(self, plan: Plan, comm, method: str, tag: int, logger: logging.Logger | None):
+    def __init__(
+        self, plan: Plan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | None
+    ) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -525,7 +535,7 @@ class HostExecutable:
         self._bound = False
         self._out = self.result
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             if not getattr(self, "_freed", True):
                 self.free()
@@ -575,7 +585,7 @@ class HostExecutable:
             lines.append("  (nothing to move)")
         return "\n".join(lines)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<HostExecutable rank={self.plan.rank}/{self.plan.nranks} method={self.method}>"
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from .. import collective
 from ..errors import InvalidValueError, NotSupportedError
@@ -12,10 +14,13 @@ from ..plan import Plan
 from .executable import AUTO_METHOD, METHODS, HostExecutable
 from .push import PushExecutable, push_problem
 
+if TYPE_CHECKING:
+    from ..backend import Context, LowerOptions
+
 __all__ = ["available_methods", "lower"]
 
 
-def _mpi():
+def _mpi() -> ModuleType:
     from mpi4py import MPI
 
     return MPI
@@ -38,7 +43,7 @@ def available_methods() -> tuple[str, ...]:
     return _AVAILABLE
 
 
-def lower(plan: Plan, ctx, options):
+def lower(plan: Plan, ctx: Context, options: LowerOptions) -> HostExecutable | PushExecutable:
     """Collective over ``ctx.comm``: lower ``plan`` for MPI with ``options.host_method``.
 
     "auto": "push" (stores into a shared window) when every rank is on one node and there is

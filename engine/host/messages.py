@@ -11,9 +11,14 @@ one binding (an operand address, or an output address + strides).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from ..plan import STAGING_ALIGN, Transfer
+from ..plan import STAGING_ALIGN, Copy, Transfer
 from ._datatypes import is_contiguous, span_bytes
+
+if TYPE_CHECKING:
+    import numpy as np
+    from mpi4py.MPI import Datatype, Prequest
 
 __all__ = ["Message", "Side", "align", "datatype_pays"]
 
@@ -49,7 +54,18 @@ class Message:
 
     __slots__ = ("copy", "dtype", "mode", "nbytes", "offset", "peer", "shape", "slot", "span", "strides")
 
-    def __init__(self, t: Transfer, send: bool, method: str, itemsize: int):
+    copy: Copy
+    dtype: Datatype | None
+    mode: str
+    nbytes: int
+    offset: int
+    peer: int
+    shape: tuple[int, ...]
+    slot: int
+    span: int
+    strides: tuple[int, ...]
+
+    def __init__(self, t: Transfer, send: bool, method: str, itemsize: int) -> None:
         c = t.pack if send else t.unpack
         self.copy = c
         self.peer = t.dst if send else t.src
@@ -84,10 +100,11 @@ class Side:
 
     __slots__ = ("copies", "requests", "staged_requests")
 
-    def __init__(self):
-        self.requests: list = []  # persistent requests straight on the bound buffer
-        self.copies: list = []  # (dst_view, src_view) pack or unpack pairs through staging
-        self.staged_requests: list = []  # the staging requests that go with ``copies`` (sends only)
+    def __init__(self) -> None:
+        self.requests: list[Prequest] = []  # persistent requests straight on the bound buffer
+        # (dst_view, src_view) pack or unpack pairs through staging
+        self.copies: list[tuple[np.ndarray, np.ndarray]] = []
+        self.staged_requests: list[Prequest] = []  # the staging requests that go with ``copies`` (sends only)
 
     def free(self) -> None:
         for r in self.requests:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,11 @@ from ..strided import HostBuffer
 from ._datatypes import copy_views
 from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from ..backend import Context
+
 __all__ = ["PushExecutable"]
 
 
@@ -47,8 +53,11 @@ class PushExecutable:
 
     backend = "host"
     method = "push"
+    plan: Plan
+    comm: MPI.Intracomm
+    result: Buffer
 
-    def __init__(self, plan: Plan, ctx, tag: int, logger: logging.Logger | None):
+    def __init__(self, plan: Plan, ctx: Context, tag: int, logger: logging.Logger | None) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -238,9 +247,9 @@ class PushExecutable:
         self._pairs = self._out = None
         self._in_owner = None
         self._base = None
-        self.result = None
+        self.result = None  # type: ignore[assignment]  # freed: nothing to read any more
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             if not getattr(self, "_freed", True):
                 self.free()
@@ -267,7 +276,7 @@ class PushExecutable:
             lines.append("  (nothing to move)")
         return "\n".join(lines)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<PushExecutable rank={self.plan.rank}/{self.plan.nranks}>"
 
 
@@ -275,7 +284,7 @@ SHM_DIR = "/dev/shm"
 SHM_MARGIN = 64 << 20  # what MPI and others keep in /dev/shm beside the windows
 
 
-def push_problem(comm, plan: Plan) -> str | None:
+def push_problem(comm: MPI.Intracomm, plan: Plan) -> str | None:
     """Collective: why "push" cannot serve ``plan`` on ``comm`` (None when it can).
 
     Every rank must share memory with every other (one node), and the node's shared-memory

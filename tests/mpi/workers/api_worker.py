@@ -24,7 +24,7 @@ import redist
 from redist import BlockNonCyclic, Box, ProcessGrid, Redistribute, Slab
 
 ctx = redist.get_context()
-comm = ctx.process_group.comm
+comm = ctx.process_group.mpi_comm
 rank, P = ctx.process_group.rank, ctx.process_group.nranks
 failures: list[str] = []
 

@@ -37,7 +37,7 @@ def main() -> int:
     objects = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     executes = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
     ctx = redist.get_context()
-    comm = ctx.process_group.comm
+    comm = ctx.process_group.mpi_comm
     rank, P = ctx.process_group.rank, ctx.process_group.nranks
     report = Report(comm)
     shape = (16, 12, 8)
