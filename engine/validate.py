@@ -136,6 +136,13 @@ def check_boxes(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | 
             "input and output must describe the same global array (shape and origin)"
         )
     if gin is not None:
+        total, want = sum(geo.volume(b) for b in in_boxes), geo.volume(gin)
+        if total != want:  # nvmath-python's first diagnosis, then which boxes are at fault
+            return inv, (
+                f"The global number of elements is incompatible with the inferred global shape {geo.box_shape(gin)}: "
+                f"the input boxes hold {total} elements in all, their bounding box {geo.format_box(gin)} "
+                f"has {want}; {geo.cover_problem(in_boxes, gin)}"
+            )
         for which, boxes in (("input", in_boxes), ("output", out_boxes)):
             msg = geo.cover_problem(boxes, gin)
             if msg:
@@ -144,8 +151,9 @@ def check_boxes(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | 
         c = [s.rank for s in specs if s.layouts == ("C",)]
         f = [s.rank for s in specs if s.layouts == ("F",)]
         return inv, (
-            f"inconsistent memory layout across ranks: ranks {c[:8]} hold C-ordered operands, "
-            f"ranks {f[:8]} Fortran-ordered ones; all ranks must use the same layout"
+            "The input memory layout is not C or Fortran, or is inconsistent across processes: ranks "
+            f"{c[:8]} hold C-ordered operands, ranks {f[:8]} Fortran-ordered ones; all ranks must use the same "
+            "layout"
         )
     return None
 

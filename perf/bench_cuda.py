@@ -48,6 +48,7 @@ def main():
 
     import redist
 
+    redist.initialize()
     ctx = redist.get_context()
     pg = ctx.process_group
     comm, rank, P = pg.mpi_comm, pg.rank, pg.nranks

@@ -46,6 +46,7 @@ def main():
     from redist.engine.cuda import kernels
     from redist.engine.plan import make_plan
 
+    redist.initialize()
     ctx = redist.get_context()
     rt = ctx.cuda
     assert rt is not None and ctx.process_group.nranks == 1, "one rank with a GPU"

@@ -6,6 +6,7 @@ process holds (slab along X -> slab along Y, pencils, arbitrary boxes). Host arr
 MPI; GPU arrays move over NVSHMEM inside one CUDA graph per stream.
 
 >>> import numpy as np, redist
+>>> redist.initialize()                  # collective: MPI (and the GPU, if any)
 >>> rank = redist.get_context().process_group.rank
 >>> a = np.ones(redist.Slab.X.shape(rank, (64, 64, 64)))
 >>> with redist.Redistribute(a, redist.Slab.X, redist.Slab.Y) as r:
@@ -13,12 +14,13 @@ MPI; GPU arrays move over NVSHMEM inside one CUDA graph per stream.
 ...     b = r.execute()      # this rank's Slab.Y box
 """
 
-from ._distributions import BlockNonCyclic, Box, Distribution, ProcessGrid, Slab
+from ._distributions import BlockCyclic, BlockNonCyclic, Box, Distribution, ProcessGrid, Slab
 from ._operands import RawArray
 from ._options import RedistributeOptions
 from ._redistribute import Redistribute, redistribute
 from ._runtime import DistributedContext, finalize, get_context, initialize, is_initialized
 from .process_group import MPIProcessGroup, ProcessGroup, TorchProcessGroup
+from . import distribution, process_group  # nvmath-python's namespaces
 from .engine.errors import (
     BindDistributionError,
     CommunicationError,
@@ -47,6 +49,9 @@ __all__ = [
     "Slab",
     "ProcessGrid",
     "BlockNonCyclic",
+    "BlockCyclic",
+    "distribution",
+    "process_group",
     "RawArray",
     "initialize",
     "finalize",

@@ -58,6 +58,8 @@ def _demo(args) -> int:
 
     import redist
 
+    if not redist.is_initialized():
+        redist.initialize()
     ctx = redist.get_context()
     pg = ctx.process_group
     rank, P = pg.rank, pg.nranks
@@ -128,6 +130,7 @@ def _demo(args) -> int:
 def _info(args) -> int:
     import redist
 
+    redist.initialize()
     ctx = redist.get_context()
     if ctx.process_group.rank == 0:
         print(f"redist {redist.__version__}: {ctx.process_group.nranks} rank(s), backends {ctx.backends}, "

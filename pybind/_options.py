@@ -98,7 +98,7 @@ class RedistributeOptions:
     def coerce(cls, options: RedistributeOptions | dict[str, Any] | None) -> RedistributeOptions:
         if options is None:
             return cls()
-        if isinstance(options, cls):
+        if isinstance(options, RedistributeOptions):  # any flavour keeps its own fields
             return dataclasses.replace(options)
         if isinstance(options, dict):
             unknown = set(options) - {f.name for f in dataclasses.fields(cls)}

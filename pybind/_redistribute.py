@@ -95,16 +95,19 @@ class Redistribute:
     * :meth:`reset_operand` is collective (its checks are, too).
     """
 
+    #: how options given as None or a dict are completed (redist.distribution uses result="fresh")
+    _options_class = RedistributeOptions
+
     def __init__(self, operand, /, input_distribution, output_distribution, *, options=None, stream=None):
         self._state = None
         self._exe = None
         self._serial = None
-        ctx = _runtime.get_context()
+        ctx = _runtime.context()
         comm = ctx.engine.comm
         rank = ctx.process_group.rank
         op = opts = None
         try:
-            opts = RedistributeOptions.coerce(options)
+            opts = self._options_class.coerce(options)
             op = wrap(operand)
             spec = RankSpec(
                 rank=rank, ndim=len(op.shape), dtype=op.dtype_key, itemsize=op.itemsize, package=op.package,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from .engine.backend import Context
 from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .process_group import MPIProcessGroup, ProcessGroup
 
-__all__ = ["DistributedContext", "initialize", "finalize", "get_context", "is_initialized"]
+__all__ = ["DistributedContext", "initialize", "finalize", "get_context", "context", "is_initialized"]
 
 #: what ``initialize(backends=...)`` may name (nvmath-python's set); redist uses NVSHMEM only
 BACKENDS = ("nvshmem", "nccl")
@@ -115,7 +116,7 @@ def _check_backends(backends, device_id):
     backends = list(backends)
     for b in backends:
         if b not in BACKENDS:
-            raise InvalidValueError(f"backend must be one of {BACKENDS}, got {b!r}")
+            raise InvalidValueError(f"backend must be one of {BACKENDS}, got {b}")
     if not backends:
         raise InvalidValueError(f"Need to specify at least one of {BACKENDS} communication backends")
     if "nvshmem" not in backends:
@@ -144,13 +145,14 @@ def _start(device_id, process_group, backends, shared_gpu, already: bool) -> Dis
         if device_id is not None and device_id != "cpu" and (
                 isinstance(device_id, bool) or not isinstance(device_id, int)):
             raise InvalidTypeError(
-                "The device ID used to initialize redist must be an integer (or 'cpu', or None for automatic). "
-                f"The provided device ID is {device_id!r}.")
+                "The device ID used to initialize the redist module must be an integer. The provided device ID is "
+                f"{device_id}. (redist also accepts 'cpu', and None for one GPU per local rank.)")
         backends = _check_backends(backends, device_id)
         if process_group is not None and not isinstance(process_group, (MPI.Comm, ProcessGroup)):
             raise InvalidTypeError(
-                f"Unrecognized process group type ({type(process_group).__name__}). Need redist.ProcessGroup "
-                "(e.g. MPIProcessGroup, TorchProcessGroup) or mpi4py communicator.")
+                f"Unrecognized process group type ({process_group}). Need redist.ProcessGroup or mpi4py "
+                f"communicator. (It is a {type(process_group).__name__}; ProcessGroups: MPIProcessGroup, "
+                "TorchProcessGroup.)")
     pg, comm = _mpi_comm_of(process_group)
     own = comm.Dup()  # redist's traffic never meets the application's (one per context, freed by finalize)
     try:
@@ -222,13 +224,27 @@ def finalize() -> None:
             ctx.engine.comm.Free()
 
 
-def get_context() -> DistributedContext:
-    """The runtime context (initialising redist with defaults on first use; collective then)."""
-    if _ctx is None:
+def get_context() -> DistributedContext | None:
+    """The runtime context, or None before :func:`initialize` (as nvmath-python's).
+
+    redist also initialises itself with defaults at the first call that needs the runtime
+    (constructing a :class:`~redist.Redistribute`, a distribution asked for a shape without
+    ``nranks``); after that this returns that context.
+    """
+    pkg = sys.modules.get("redist")
+    injected = None if pkg is None else pkg.__dict__.get("_ctx")  # a context set as redist._ctx (nvmath's tests)
+    return injected if injected is not None else _ctx
+
+
+def context() -> DistributedContext:
+    """The runtime context, initialising redist with defaults on first use (collective then)."""
+    ctx = get_context()
+    if ctx is None:
         with _lock:
             if _ctx is None:
                 initialize()
-    return _ctx
+            ctx = _ctx
+    return ctx  # type: ignore[return-value]
 
 
 def is_initialized() -> bool:

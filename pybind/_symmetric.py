@@ -34,7 +34,7 @@ def _package_name(package) -> str | None:
 def _cuda_runtime():
     from . import _runtime
 
-    rt = _runtime.get_context().cuda
+    rt = _runtime.context().cuda
     if rt is None:
         raise NotInitializedError(
             "symmetric memory needs redist initialised with a GPU (NVSHMEM); this run is CPU-only "

@@ -20,6 +20,7 @@ from redist import (
     Box,
     ConvertDistributionError,
     Distribution,
+    InvalidStateError,
     InvalidValueError,
     ProcessGrid,
     Slab,
@@ -50,8 +51,9 @@ def test_box_basics():
     assert b.as_tuple() == ((0, 4), (2, 10))
     # a Box is what the calling process holds, whatever the rank/global shape asked
     assert b.box(3, (100, 100), nranks=8) is b
-    assert b.shape(5) == (2, 6) and b.shape() == (2, 6)
-    assert isinstance(b, Distribution) and b.copy() is b
+    assert b.shape() == (2, 6) and b.shape(0, nranks=1) == (2, 6)  # its own rank: the box shape
+    c = b.copy()
+    assert isinstance(b, Distribution) and c == b and c is not b
 
 
 def test_box_numpy_integers_and_empty():
@@ -75,9 +77,10 @@ def test_box_equality_hash_str():
         (
             (2, 2),
             (0, 0),
-            r"upper coordinates must be >= the lower coordinates, but got lower=\(2, 2\) upper=\(0, 0\)",
+            r"The upper coordinates must be larger than the lower coordinates, but got lower=\(2, 2\) "
+            r"upper=\(0, 0\) \(lower > upper on axis 0; equal coordinates, an empty box, are allowed\)",
         ),
-        ((0, 3), (4, 2), r"lower=\(0, 3\) upper=\(4, 2\) \(lower > upper on axis 1\)"),
+        ((0, 3), (4, 2), r"lower=\(0, 3\) upper=\(4, 2\) \(lower > upper on axis 1;"),
         ((0, 1), (4,), "same dimensionality"),
         ((0, 1.0), (4, 2), "must be integers"),
         ((0, True), (4, 2), "must be integers"),
@@ -165,7 +168,7 @@ def test_slab_aliases_equality_hash_str():
     assert Slab(0, ndim=2) != Slab(0, ndim=3)
     assert hash(Slab(0)) == hash(Slab(0, ndim=3)) == hash(Slab.X)
     assert len({Slab.X, Slab(0), Slab.Y}) == 2
-    assert str(Slab.X) == "Slab(partition_dim=0)"
+    assert str(Slab.X) == "Slab(partition_dim=0, ndim=None)"
     assert repr(Slab(1, ndim=3)) == "Slab(partition_dim=1, ndim=3)"
     assert (Slab.X.name, Slab.Y.name, Slab.Z.name, Slab(3).name) == ("Slab.X", "Slab.Y", "Slab.Z", "Slab")
 
@@ -192,9 +195,8 @@ def test_slab_numpy_integers():
         (lambda: Slab.X.box(-1, (8, 8), nranks=4), r"got rank=-1 with nranks=4"),
         (
             lambda: Slab.Z.box(0, (8, 8), nranks=2),
-            r"Slab\(partition_dim=2\) can't split axis 2 of a 2-D array",
+            r"Slab\(partition_dim=2, ndim=None\) can't split axis 2 of a 2-D array",
         ),
-        (lambda: Slab.X.shape(0, nranks=2), "This distribution is unbound: please specify a global shape"),
         (lambda: Slab.X.box(0, (-1, 3), nranks=1), "must not have negative extents"),
         (
             lambda: Slab(0, ndim=2).box(0, (4, 4, 4), nranks=2),
@@ -238,8 +240,10 @@ def test_slab_bind_and_conversions():
     assert [bnc.box(r, g, nranks=4) for r in range(4)] == [Slab.Y.box(r, g, nranks=4) for r in range(4)]
     with pytest.raises(ConvertDistributionError, match="unknown dimensionality"):
         Slab.Y.to(BlockNonCyclic, nranks=4)
-    with pytest.raises(NotImplementedError, match="Slab can't be converted to int"):
+    with pytest.raises(InvalidValueError, match="is not a valid distribution"):
         Slab.X.to(int)
+    with pytest.raises(InvalidStateError, match="This distribution is unbound: please specify a global shape"):
+        Slab.X.shape(0, nranks=2)  # RuntimeError, as nvmath-python raises
 
 
 # --- ProcessGrid ------------------------------------------------------------------------------
@@ -486,7 +490,7 @@ def test_resolve_boxes_all_empty_box_input():
             [Slab.Y] * 3,
             [(4, 5), (2, 5), (2, 5)],
             (
-                r"rank 0 operand shape \(4, 5\) does not fit the input distribution Slab\(partition_dim=0\): "
+                r"rank 0 operand shape \(4, 5\) does not fit the input distribution Slab\(partition_dim=0, ndim=None\): "
                 r"for the global shape \(8, 5\) inferred from all ranks, rank 0 should hold \(3, 5\)"
             ),
         ),
@@ -542,15 +546,15 @@ def test_resolve_boxes_all_empty_box_input():
             [Slab.Y] * 3,
             [(3, 5), (3, 5), (2, 5)],
             (
-                r"Inconsistent input distribution across processes: rank 0 uses Slab\(partition_dim=0\), "
-                r"rank 1 uses Slab\(partition_dim=1\)"
+                r"Inconsistent input distribution across processes: rank 0 uses Slab\(partition_dim=0, ndim=None\), "
+                r"rank 1 uses Slab\(partition_dim=1, ndim=None\)"
             ),
         ),
         (
             [Slab.X] * 3,
             [Slab.Y, Slab.Y, Slab.Z],
             [(3, 5), (3, 5), (2, 5)],
-            "Inconsistent output distribution across processes: .* rank 2 uses Slab\\(partition_dim=2\\)",
+            "Inconsistent output distribution across processes: .* rank 2 uses Slab\\(partition_dim=2, ndim=None\\)",
         ),
         # a Slab that declares its dimensionality must match the operands
         ([Slab(0, ndim=2)] * 2, [Slab.Y] * 2, [(2, 5, 3), (2, 5, 3)], "doesn't have the same dimensionality"),

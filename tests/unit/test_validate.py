@@ -251,7 +251,8 @@ def test_input_boxes_overlap():
     expect(
         specs(ib),
         errors.InvalidValueError,
-        "the input boxes do not tile the global array exactly",
+        "The global number of elements is incompatible with the inferred global shape (7, 4): the input boxes "
+        "hold 32 elements in all, their bounding box Box(lower=(0, 0), upper=(7, 4)) has 28",
         "rank 0 box Box(lower=(0, 0), upper=(3, 4)) overlaps rank 1 box Box(lower=(2, 0), upper=(5, 4))",
         "(both hold Box(lower=(2, 0), upper=(3, 4)))",
     )
@@ -262,7 +263,7 @@ def test_input_boxes_leave_a_gap():
     expect(
         specs(ib),
         errors.InvalidValueError,
-        "the input boxes do not tile the global array exactly",
+        "The global number of elements is incompatible with the inferred global shape (7, 4)",
         "the boxes cover 26 of the 28 elements of the global box Box(lower=(0, 0), upper=(7, 4))",
         "element (3, 3) belongs to no rank",
     )
@@ -276,6 +277,14 @@ def test_output_boxes_overlap():
         "the output boxes do not tile the global array exactly",
         "rank 0 box Box(lower=(0, 0), upper=(7, 2)) overlaps rank 1 box Box(lower=(0, 1), upper=(7, 3))",
     )
+
+
+def test_input_boxes_overlap_and_gap_with_the_right_count():
+    """As many elements as the global box, but one overlap and one gap: the tiling check names them."""
+    ib = [((0, 0), (3, 4)), ((2, 0), (5, 4)), ((6, 0), (7, 4))]
+    expect(specs(ib, [((0, 0), (7, 4)), ((0, 0), (0, 0)), ((0, 0), (0, 0))]), errors.InvalidValueError,
+           "the input boxes do not tile the global array exactly",
+           "rank 0 box Box(lower=(0, 0), upper=(3, 4)) overlaps rank 1 box Box(lower=(2, 0), upper=(5, 4))")
 
 
 def test_output_boxes_leave_a_gap():
@@ -334,7 +343,7 @@ def test_inconsistent_layout():
     expect(
         sp,
         errors.InvalidValueError,
-        "inconsistent memory layout across ranks: ranks [0, 2] hold C-ordered operands, "
+        "The input memory layout is not C or Fortran, or is inconsistent across processes: ranks [0, 2] hold C-ordered operands, "
         "ranks [1] Fortran-ordered ones; all ranks must use the same layout",
     )
     assert consensus_order(sp) is None

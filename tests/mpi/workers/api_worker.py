@@ -23,6 +23,7 @@ from helpers import same_bits as same_bytes  # noqa: E402
 import redist
 from redist import BlockNonCyclic, Box, ProcessGrid, Redistribute, Slab
 
+redist.initialize()
 ctx = redist.get_context()
 comm = ctx.process_group.mpi_comm
 rank, P = ctx.process_group.rank, ctx.process_group.nranks
@@ -268,7 +269,7 @@ def errors():
             Redistribute(np.asfortranarray(a) if rank % 2 else a, Slab.X, Slab.Y)
 
         if a.shape[0] > 1:
-            expect_error(layout, ValueError, r"inconsistent memory layout", "layout on odd ranks")
+            expect_error(layout, ValueError, r"inconsistent across processes: ranks", "layout on odd ranks")
 
         def not_array():
             Redistribute([1, 2, 3] if rank == 0 else a, Slab.X, Slab.Y)

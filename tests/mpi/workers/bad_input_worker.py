@@ -22,6 +22,7 @@ import redist  # noqa: E402
 
 
 def main() -> int:
+    redist.initialize()
     comm = redist.get_context().process_group.mpi_comm
     report = Report(comm)
     case = CASES[sys.argv[1]]

@@ -36,6 +36,7 @@ def fds() -> int:
 def main() -> int:
     objects = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     executes = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
+    redist.initialize()
     ctx = redist.get_context()
     comm = ctx.process_group.mpi_comm
     rank, P = ctx.process_group.rank, ctx.process_group.nranks
