@@ -25,10 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 
 import numpy as np
+
+from cuda_timing import per_iteration_us  # perf/cuda_timing.py (the script's folder is on sys.path)
 
 
 def main():
@@ -58,21 +59,7 @@ def main():
     stream = cp.cuda.Stream(non_blocking=True)
 
     def timed(fn, iters=args.iters, reps=args.reps, warm=5):
-        for _ in range(warm):
-            fn()
-        stream.synchronize()
-        ts = []
-        for _ in range(reps):
-            comm.Barrier()
-            a, b = cp.cuda.Event(), cp.cuda.Event()
-            a.record(stream)
-            for _ in range(iters):
-                fn()
-            b.record(stream)
-            b.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / iters)  # µs per iteration
-        t = statistics.median(ts)
-        return max(comm.allgather(t))  # the slowest rank sets the pace
+        return per_iteration_us(fn, stream, iters=iters, reps=reps, warm=warm, comm=comm)
 
     torch = dist = None
     if not args.no_torch and P > 1:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
-#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi tune
+#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi tune nvmath
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
-# Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312) and, for bench-old, .old (a worktree of
-# the commit to compare with). One rank per GPU unless a step says otherwise ("shared": several
+# Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
+# the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
 # ranks on one GPU, REDIST_SHARED_GPU=1).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -34,6 +34,12 @@ for s in "$@"; do
     step "bench P=1 (the old commit in .old)"
     rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1
     (cd .old && PYTHONPATH=/tmp/site_old:/tmp/site timeout 300 $MPI -n 1 python3 perf/bench_cuda.py --sizes 32 128 512 --iters 100 --reps 9 --out "$OUT/bench_p1_old.md" 2>&1 | grep -v '^{' | tail -8) ;;
+  nvmath)
+    step "nvmath-python 1.0 suite and examples, imports swapped: P=1, then examples on 2 ranks sharing the GPU"
+    timeout 240 python3 perf/nvmath_suite.py --nvmath-src .nvmath --nranks 1 --mode strict --modules test_redistribute.py \
+      --example-nranks 1 2>&1 | tee "$OUT/nvmath_p1.txt" | tail -25
+    REDIST_SHARED_GPU=1 timeout 200 python3 perf/nvmath_suite.py --nvmath-src .nvmath --mode strict --modules none \
+      --example-nranks 2 2>&1 | tee "$OUT/nvmath_examples_p2_shared.txt" | tail -18 ;;
   tune)
     step "copy kernel variants and launch layers, P=1"
     timeout 300 python3 perf/tune_copy.py ${TUNE_ARGS:-} --out "$OUT/tune_copy.md" 2>&1 | tail -20 ;;

@@ -119,11 +119,12 @@ DEFAULT_MODULES = ["test_redistribute.py", "test_distribution_promotion.py", "te
 #: Support files of the distributed tests.
 SUPPORT_FILES = ["__init__.py", "conftest.py", "helpers.py", "helpers_fft.py"]
 
+FFT_WHY = "uses nvmath's distributed FFT, which redist does not have"
 GPU_EXAMPLE_PATTERNS = [
+    (r"\.fft\.FFT\(", FFT_WHY),
     (r"(?m)^\s*(import cupy|from cupy)", "imports cupy"),
     (r"allocate_symmetric_memory", "allocates GPU symmetric memory"),
     (r"device=device_id", "creates tensors on the GPU"),
-    (r"\.fft\.FFT\(", "uses the distributed FFT"),
 ]
 
 
@@ -753,7 +754,9 @@ def find_mpiexec() -> tuple[list[str], str]:
     cmd = [cand]
     flavour = "mpich"
     if "Open MPI" in ver or "OpenRTE" in ver or "open-mpi" in ver.lower():
-        cmd.append("--oversubscribe")
+        cmd += ["--oversubscribe", "--bind-to", "none"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")  # Open MPI refuses root otherwise (containers)
         flavour = "openmpi"
     return cmd, flavour
 
@@ -767,14 +770,16 @@ def run_ranked(mpiexec, nranks, tmp: Path, outdir: Path, pycmd: str, env, timeou
     script = f'RANK={RANK_SH}; {pycmd} > "{outdir}/out-$RANK.txt" 2>&1'
     cmd = mpiexec + ["-n", str(nranks), "sh", "-c", script]
     t0 = time.time()
-    p = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
-    try:
-        rc: int | str = p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)  # the session of this mpiexec: its ranks (a hang), nothing else
-        p.wait()
-        rc = "TIMEOUT"
+    with open(outdir / "mpiexec.txt", "w") as log:  # mpiexec's own complaints (the ranks write their files)
+        p = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc: int | str = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)  # the session of this mpiexec: its ranks (a hang), nothing else
+            p.wait()
+            rc = "TIMEOUT"
+    if rc not in (0, "TIMEOUT") and not any((outdir / f"out-{r}.txt").is_file() for r in range(nranks)):
+        print(f"    mpiexec failed before any rank ran: {(outdir / 'mpiexec.txt').read_text(errors='replace')[-1500:]}")
     return rc, time.time() - t0
 
 
@@ -843,6 +848,20 @@ def run_module(mpiexec, nranks, tmp, resdir, module, env, timeout, per_test_time
     return {"module": module, "nranks": nranks, "rc": rc, "time": dt, "ranks": ranks, "dir": outdir}
 
 
+def _have_gpu() -> bool:
+    """A CUDA device is visible to this process (then GPU examples run)."""
+    try:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, n = driver.cuDeviceGetCount()
+        return err == driver.CUresult.CUDA_SUCCESS and n > 0
+    except Exception:  # noqa: BLE001 -- no driver, no cuda-bindings
+        return False
+
+
 def example_info(path: Path) -> tuple[int, str | None]:
     text = path.read_text()
     m = re.search(r"\$ mpiexec -n (\d+) python", text)
@@ -907,6 +926,8 @@ def main() -> int:
     ap.add_argument("--per-test-timeout", type=int, default=300)
     ap.add_argument("--no-examples", action="store_true")
     ap.add_argument("--tail", type=int, default=8, help="output lines shown per failed example / crashed run")
+    ap.add_argument("--example-nranks", type=int, default=None,
+                    help="run every example on this many processes (default: the example header's)")
     ap.add_argument("--keep-messages", action="store_true",
                     help="leave 'nvmath.distributed' in expected messages (see MESSAGE_RULES)")
     args = ap.parse_args()
@@ -962,9 +983,12 @@ def main() -> int:
         print(f"\n--- examples ({mode})")
         for ex in examples:
             n, gpu_why = example_info(ex)
-            if gpu_why:
-                print(f"    SKIP   {ex.name:40s} (GPU: {gpu_why})")
-                table.append((mode, ex.name, f"n={n}", "skipped (GPU)", "-"))
+            if args.example_nranks:
+                n = args.example_nranks
+            if gpu_why and (not _have_gpu() or gpu_why == FFT_WHY):
+                why = gpu_why if gpu_why == FFT_WHY else f"GPU: {gpu_why}"
+                print(f"    SKIP   {ex.name:40s} ({why})")
+                table.append((mode, ex.name, f"n={n}", f"skipped ({why})", "-"))
                 continue
             r = run_example(mpiexec, ex, n, tmp, resdir, env, args.timeout)
             ok = r["rc"] == 0

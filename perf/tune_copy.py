@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
+
+from cuda_timing import per_iteration_us  # perf/cuda_timing.py (the script's folder is on sys.path)
 
 
 LOAD = "v[i] = *reinterpret_cast<const T*>(src0 + (u64)so + (u64)u * V);"
@@ -55,19 +56,7 @@ def main():
     sp = stream.ptr
 
     def timed(fn, iters, reps=9, warm=3):
-        for _ in range(warm):
-            fn()
-        stream.synchronize()
-        ts = []
-        for _ in range(reps):
-            a, b = cp.cuda.Event(), cp.cuda.Event()
-            a.record(stream)
-            for _ in range(iters):
-                fn()
-            b.record(stream)
-            b.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / iters)
-        return statistics.median(ts)
+        return per_iteration_us(fn, stream, iters=iters, reps=reps, warm=warm)
 
     from cuda.bindings import driver
 

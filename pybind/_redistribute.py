@@ -8,6 +8,7 @@ import enum
 import logging
 import time
 import weakref
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -23,6 +24,11 @@ from .engine.plan import make_plan
 from .engine.validate import RankSpec, check_boxes, check_operands, consensus_order, raise_first
 
 __all__ = ["Redistribute", "redistribute"]
+
+#: the operand's array type (numpy.ndarray, torch.Tensor, cupy.ndarray or RawArray): execute()
+#: returns the same type
+ArrayT = TypeVar("ArrayT")
+DistributionLike = Any  # a Distribution, or a (lower, upper) pair taken as a Box
 
 
 class _State(enum.Enum):
@@ -60,7 +66,7 @@ def _template(op: Operand) -> Operand:
     return dataclasses.replace(op, obj=None, buffer=dataclasses.replace(op.buffer, ptr=0, owner=None))
 
 
-class Redistribute:
+class Redistribute(Generic[ArrayT]):
     """Redistribute a distributed N-D array: plan once, execute many times.
 
     Collective construction: every process passes its local piece (``operand``) and the
@@ -98,7 +104,8 @@ class Redistribute:
     #: how options given as None or a dict are completed (redist.distribution uses result="fresh")
     _options_class = RedistributeOptions
 
-    def __init__(self, operand, /, input_distribution, output_distribution, *, options=None, stream=None):
+    def __init__(self, operand: ArrayT, /, input_distribution: DistributionLike, output_distribution: DistributionLike,
+                 *, options: RedistributeOptions | dict[str, Any] | None = None, stream: Any = None) -> None:
         self._state = None
         self._exe = None
         self._serial = None
@@ -205,7 +212,7 @@ class Redistribute:
 
     # --- the API ------------------------------------------------------------------------------
 
-    def plan(self, stream=None) -> None:
+    def plan(self, stream: Any = None) -> None:
         """Collective: build the transfer plan and lower it to the execution backend.
 
         For CUDA execution the graph is captured on the first execute (or :meth:`graph`).
@@ -241,7 +248,8 @@ class Redistribute:
             )
             self._logger.debug("%s", plan.describe())
 
-    def execute(self, stream=None, release_workspace: bool = False, sync_symmetric_memory: bool = True, out=None):
+    def execute(self, stream: Any = None, release_workspace: bool = False, sync_symmetric_memory: bool = True,
+                out: ArrayT | None = None) -> ArrayT:
         """Collective: redistribute the current operand; return this process's output box.
 
         Returns the engine-owned result (persistent: overwritten by the next ``execute``,
@@ -372,7 +380,7 @@ class Redistribute:
             return f"the new operand overlaps {what} (the exchange would read what it overwrites)"
         return None
 
-    def reset_operand(self, operand, *, stream=None) -> None:
+    def reset_operand(self, operand: ArrayT, *, stream: Any = None) -> None:
         """Collective: replace the operand by a compatible one (same package, dtype, shape,
         strides, memory space and device); checked on every rank, raised on every rank."""
         self._check_not_freed("reset_operand")
@@ -389,7 +397,7 @@ class Redistribute:
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info("reset_operand: new operand bound")
 
-    def reset_operand_unchecked(self, operand, *, stream=None) -> None:
+    def reset_operand_unchecked(self, operand: ArrayT, *, stream: Any = None) -> None:
         """Replace the operand with no checks and no logging (the caller guarantees compatibility).
 
         On CUDA this updates kernel-node parameters of the instantiated graph (no re-capture).
@@ -445,7 +453,7 @@ class Redistribute:
         self._ptrs = {}
         self._state = _State.RELEASED if self._state is _State.READY else _State.NEW_RELEASED
 
-    def graph(self, stream=None) -> int:
+    def graph(self, stream: Any = None) -> int:
         """The CUDA graph (``CUgraph`` handle as int) executed for ``stream``, for use as a child node."""
         self._need_planned("graph")
         return self._exe.graph(self._stream(stream))
@@ -468,10 +476,10 @@ class Redistribute:
         if self._exe is not None:
             self._exe.detach_result()
 
-    def __enter__(self):
+    def __enter__(self) -> Redistribute[ArrayT]:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         self.free()
         return False
 
@@ -487,8 +495,9 @@ def _fmt_global(boxes) -> str:
     return str(Box(*g)) if g else "empty"
 
 
-def redistribute(operand, /, input_distribution, output_distribution, *, sync_symmetric_memory: bool = True,
-                 options=None, stream=None):
+def redistribute(operand: ArrayT, /, input_distribution: DistributionLike, output_distribution: DistributionLike, *,
+                 sync_symmetric_memory: bool = True, options: RedistributeOptions | dict[str, Any] | None = None,
+                 stream: Any = None) -> ArrayT:
     """Collective: redistribute ``operand`` once (plan + execute + free) and return the result.
 
     The result belongs to the caller. For GPU operands it lives on the symmetric heap: free it

@@ -13,7 +13,7 @@ see the README, "Coming from nvmath-python").
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from . import _redistribute
 from ._distributions import BlockCyclic, BlockNonCyclic, Box, Distribution, ProcessGrid, Slab
@@ -31,15 +31,19 @@ class RedistributeOptions(_PersistentOptions):
     result: Literal["persistent", "fresh"] = "fresh"
 
 
-class Redistribute(_redistribute.Redistribute):
+class Redistribute(_redistribute.Redistribute[_redistribute.ArrayT]):
     """:class:`redist.Redistribute` with nvmath-python's results: each ``execute()`` returns a
     new array the caller owns (options default to ``result="fresh"``)."""
 
     _options_class = RedistributeOptions
 
 
-def redistribute(operand, /, input_distribution, output_distribution, *, sync_symmetric_memory: bool = True,
-                 options=None, stream=None):
+ArrayT = TypeVar("ArrayT")
+
+
+def redistribute(operand: ArrayT, /, input_distribution: Any, output_distribution: Any, *,
+                 sync_symmetric_memory: bool = True, options: RedistributeOptions | dict[str, Any] | None = None,
+                 stream: Any = None) -> ArrayT:
     """Collective: :func:`redist.redistribute` (the result belongs to the caller, as always)."""
     return _redistribute.redistribute(operand, input_distribution, output_distribution,
                                       sync_symmetric_memory=sync_symmetric_memory, options=options, stream=stream)
