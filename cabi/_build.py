@@ -36,6 +36,8 @@ typedef struct redist_options_s {
     int32_t host_method;
     int32_t blocking;
     int32_t signal;
+    int32_t result_ndim;
+    int32_t result_order[16];
 } redist_options_t;
 extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int64_t *,
                                           const int64_t *, const int64_t *, const int64_t *, int64_t,

@@ -26,6 +26,7 @@ redist = None
 E = None  # redist.engine.errors
 _collective = None  # redist.engine.collective
 _RawArray = None
+dense_strides = None  # redist.engine.geometry.dense_strides
 
 #: bytes of message the C side keeps (REDIST_MSG_SIZE - 1)
 _MSG_MAX = 4095
@@ -51,15 +52,17 @@ class _Handle:
         "memory",
         "order",
         "out_shape",
+        "out_strides",
         "r",
     )
 
-    def __init__(self, r, op, out_shape, order):
+    def __init__(self, r, op, out_shape, order, dense_order):
         self.r = r
         self.in_shape, self.in_strides = op.shape, op.strides
         self.out_shape = out_shape
+        self.out_strides = dense_strides(out_shape, order)  # out= is dense in the result's order
         self.itemsize, self.memory, self.device_id = op.itemsize, op.memory, op.device_id
-        self.order = order
+        self.order = dense_order  # of a dense operand given by address
         self._ops = {op.ptr: op}
         self._outs = {}  # address -> RawArray
 
@@ -81,8 +84,8 @@ class _Handle:
         if raw is None:
             if len(self._outs) >= _CACHE_MAX:
                 self._outs.clear()
-            raw = self._outs[ptr] = _raw(ptr, self.out_shape, None, self.itemsize, self.memory, self.device_id,
-                                         self.order)
+            raw = self._outs[ptr] = _raw(ptr, self.out_shape, self.out_strides, self.itemsize, self.memory,
+                                         self.device_id, self.order)
         return raw
 
 
@@ -223,7 +226,8 @@ def _comm_rank(rank_p, nranks_p):
 _TRANSPORTS = ("auto", "push", "put")
 _HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw", "push")
 _SIGNALS = ("epoch", "barrier")  # redist_signal_t order
-_OPTIONS_VERSION = 1
+_OPTIONS_VERSION = 2
+_V1_SIZE = 8 + 6 * 4  # struct_size, version .. signal: what version 1 of redist_options_t holds
 
 
 def _options(ptr, order: int) -> dict:
@@ -236,12 +240,14 @@ def _options(ptr, order: int) -> dict:
         return {"result_layout": "C"}
     size = int(ptr.struct_size)
     want = _ffi.sizeof("redist_options_t")
-    if size != want:
-        raise ValueError(f"options->struct_size is {size}, but this library reads redist_options_t of {want} bytes "
-                         "(version 1): initialize the options with redist_options_init()")
-    if ptr.version != _OPTIONS_VERSION:
-        raise ValueError(f"options->version is {ptr.version}; this library knows version {_OPTIONS_VERSION} "
+    version = int(ptr.version)
+    if version not in (1, _OPTIONS_VERSION):
+        raise ValueError(f"options->version is {version}; this library knows versions 1 and {_OPTIONS_VERSION} "
                          "(initialize the options with redist_options_init())")
+    if size != (want if version == _OPTIONS_VERSION else _V1_SIZE):
+        raise ValueError(f"options->struct_size is {size}, but redist_options_t version {version} has "
+                         f"{want if version == _OPTIONS_VERSION else _V1_SIZE} bytes: initialize the options with "
+                         "redist_options_init()")
     if ptr.order not in (0, 1):
         raise ValueError(f"options->order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {ptr.order}")
     if not 0 <= ptr.transport < len(_TRANSPORTS):
@@ -252,7 +258,15 @@ def _options(ptr, order: int) -> dict:
         raise ValueError(f"options->blocking must be 0 or 1, got {ptr.blocking}")
     if not 0 <= ptr.signal < len(_SIGNALS):
         raise ValueError(f"options->signal must be a redist_signal_t (0..1), got {ptr.signal}")
-    return {"result_layout": "CF"[ptr.order], "transport": _TRANSPORTS[ptr.transport],
+    layout: str | tuple[int, ...] = "CF"[ptr.order]
+    if version >= 2 and ptr.result_ndim != 0:  # never read past a version-1 struct
+        n = int(ptr.result_ndim)
+        if not 0 < n <= 16:
+            raise ValueError(f"options->result_ndim must be 0 or 1..REDIST_MAX_NDIM (16), got {n}")
+        layout = tuple(int(ptr.result_order[i]) for i in range(n))
+        if sorted(layout) != list(range(n)):
+            raise ValueError(f"options->result_order {list(layout)} is not a permutation of the axes 0..{n - 1}")
+    return {"result_layout": layout, "transport": _TRANSPORTS[ptr.transport],
             "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto",
             "signal": _SIGNALS[ptr.signal]}
 
@@ -283,9 +297,12 @@ def _create(handle_p, ndim, in_lower, in_upper, in_strides, out_lower, out_upper
         nelem = math.prod(max(0, n) for n in shape)
         if nelem and not operand:
             raise ValueError(f"operand is NULL but the input box holds {nelem} elements")
-        ordc = opts["result_layout"]
+        ordc = opts["result_layout"]  # "C"/"F", or the axes of result_order
+        if not isinstance(ordc, str) and len(ordc) != ndim:
+            raise ValueError(f"options->result_ndim is {len(ordc)} but ndim is {ndim}")
+        dense = ordc if isinstance(ordc, str) else "CF"[options_p.order]  # a dense operand's order
         op = _raw(operand, shape, strides, element_size, ("cpu", "cuda")[memory],
-                  ctx.device_id if memory == 1 else None, ordc)
+                  ctx.device_id if memory == 1 else None, dense)
         step.payload = (ordc, memory)
     if len(set(step.gathered)) > 1:
         raise E.InvalidValueError(
@@ -297,7 +314,7 @@ def _create(handle_p, ndim, in_lower, in_upper, in_strides, out_lower, out_upper
     try:
         hid = _next_id
         _next_id += 1
-        _handles[hid] = _Handle(r, op, tuple(h - l for l, h in zip(olo, ohi)), ordc)
+        _handles[hid] = _Handle(r, op, tuple(h - l for l, h in zip(olo, ohi)), ordc, dense)
     except BaseException:
         r.free()
         raise
@@ -383,11 +400,12 @@ def install(ffi, lib) -> None:
         mpi4py.rc.initialize = False
         mpi4py.rc.finalize = False
     # fail at start-up (REDIST_ERROR_PYTHON_INIT), not at the first call
-    global redist, E, _collective, _RawArray
+    global redist, E, _collective, _RawArray, dense_strides
     import redist as _redist
-    from redist.engine import collective, errors
+    from redist.engine import collective, errors, geometry
 
     redist, E, _collective, _RawArray = _redist, errors, collective, _redist.RawArray
+    dense_strides = geometry.dense_strides
 
     for name, body in _BODIES.items():
         where = "redist_" + name[len("_redist_py_"):]

@@ -70,7 +70,7 @@ module redist
   ! redist_signal_t
   integer(c_int32_t), parameter, public :: REDIST_SIGNAL_EPOCH = 0          !< device epochs, no NVSHMEM barrier
   integer(c_int32_t), parameter, public :: REDIST_SIGNAL_BARRIER = 1        !< NVSHMEM team barriers
-  integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 1       !< version of redist_options_t
+  integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 2       !< version of redist_options_t
 
   !> Options of redist_create_ex (C: redist_options_t). Set them up with redist_options_init_f,
   !> which fills struct_size and version, then change the fields you need.
@@ -82,6 +82,8 @@ module redist
     integer(c_int32_t) :: host_method = 0_c_int32_t   !< REDIST_HOST_METHOD_*
     integer(c_int32_t) :: blocking = 0_c_int32_t      !< 1: device execution waits for the result
     integer(c_int32_t) :: signal = 0_c_int32_t        !< REDIST_SIGNAL_*
+    integer(c_int32_t) :: result_ndim = 0_c_int32_t   !< 0: dense in `order`; else set by redist_options_result_order_f
+    integer(c_int32_t) :: result_order(16) = 0_c_int32_t  !< C's view: 0-based axes, slowest first
   end type redist_options_t
 
   ! redist_initialize() arguments
@@ -92,7 +94,7 @@ module redist
   public :: redist_initialize, redist_finalize, redist_comm_rank, redist_create, redist_plan, redist_execute
   public :: redist_reset_operand, redist_reset_operand_unchecked, redist_release_operand, redist_free
   public :: redist_graph, redist_get_error_string, redist_get_last_error, redist_version
-  public :: redist_create_ex, redist_options_init_f
+  public :: redist_create_ex, redist_options_init_f, redist_options_result_order_f
   public :: redist_create_f, redist_string, redist_last_error_message, redist_error_message
 
   ! The C API, one interface per function of redist.h. A C argument passed by value is `value`
@@ -316,7 +318,26 @@ contains
     options%host_method = REDIST_HOST_METHOD_AUTO
     options%blocking = 0_c_int32_t
     options%signal = REDIST_SIGNAL_EPOCH
+    options%result_ndim = 0_c_int32_t
+    options%result_order = 0_c_int32_t
   end subroutine redist_options_init_f
+
+  !> A permuted result: `axes` lists the array's dimensions (1-based) from fastest- to
+  !> slowest-varying in memory, as Fortran users think of column-major order: (1, 2, 3) is the
+  !> usual Fortran layout, (2, 1, 3) makes dimension 2 contiguous. A wrong list (not a
+  !> permutation) is REDIST_ERROR_INVALID_VALUE from redist_create_f, on every process.
+  subroutine redist_options_result_order_f(options, axes)
+    type(redist_options_t), intent(inout) :: options
+    integer, intent(in) :: axes(:)
+    integer :: n, i
+
+    n = min(size(axes), 16)
+    options%result_ndim = int(n, c_int32_t)
+    options%result_order = 0_c_int32_t
+    do i = 1, n   ! C order: 0-based, slowest first
+      options%result_order(i) = int(axes(n + 1 - i) - 1, c_int32_t)
+    end do
+  end subroutine redist_options_result_order_f
 
   !> A C string (const char *) as a Fortran string ("" for a null pointer).
   function redist_string(cstr) result(str)

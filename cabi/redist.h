@@ -91,8 +91,11 @@ typedef enum redist_signal_e {
     REDIST_SIGNAL_BARRIER = 1  /**< NVSHMEM team barriers at entry and exit */
 } redist_signal_t;
 
-/** The version of ::redist_options_t this header describes. */
-#define REDIST_OPTIONS_VERSION (1)
+/** The version of ::redist_options_t this header describes (2 added `result_ndim`/`result_order`;
+ * the library still reads version-1 structs). */
+#define REDIST_OPTIONS_VERSION (2)
+/** Most axes `result_order` can name. */
+#define REDIST_MAX_NDIM (16)
 
 /**
  * Options of redist_create_ex(). Always start from redist_options_init(), which sets
@@ -109,13 +112,19 @@ typedef struct redist_options_s {
     int32_t host_method; /**< ::redist_host_method_t; default AUTO */
     int32_t blocking;    /**< 1: device execution waits for the result; 0 (default): returns once launched */
     int32_t signal;      /**< ::redist_signal_t of the CUDA graphs; default EPOCH */
+    /** 0 (default): the result is dense in `order`. Else the number of axes (= ndim) in
+     *  `result_order`: the result's axes from slowest- to fastest-varying in memory, 0-based
+     *  ({0, 1, ..., n-1} is C order, {n-1, ..., 0} F order; e.g. {0, 2, 1} makes axis 1
+     *  contiguous). The result (and `out`) is then dense in that order. (version 2) */
+    int32_t result_ndim;
+    int32_t result_order[REDIST_MAX_NDIM];
 } redist_options_t;
 
 /** @brief Default options, with `struct_size` and `version` set (no Python needed). */
 static inline void redist_options_init(redist_options_t *options)
 {
     redist_options_t defaults = {sizeof(redist_options_t), REDIST_OPTIONS_VERSION, REDIST_ORDER_C,
-                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH};
+                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH, 0, {0}};
     *options = defaults;
 }
 

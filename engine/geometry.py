@@ -20,6 +20,7 @@ Strides are in *elements*. ``dense_strides(shape, "C")`` is row-major, ``"F"`` c
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -101,13 +102,31 @@ def bounding_box(boxes: Sequence[BoxT]) -> BoxT | None:
     return lo, hi
 
 
-def dense_strides(shape: Sequence[int], order: str = "C") -> tuple[int, ...]:
-    """Element strides of a dense array of ``shape`` in ``order`` ("C" or "F")."""
+def axis_order(order: str | Sequence[int], ndim: int) -> tuple[int, ...]:
+    """Axes from slowest- to fastest-varying of a dense ``order`` layout: "C" is ``(0, ..., n-1)``,
+    "F" ``(n-1, ..., 0)``, a permutation of ``range(ndim)`` is itself. ValueError otherwise."""
+    if isinstance(order, str):
+        if order == "C":
+            return tuple(range(ndim))
+        if order == "F":
+            return tuple(range(ndim - 1, -1, -1))
+        raise ValueError(f"order must be 'C', 'F' or a permutation of the axes, got {order!r}")
+    try:
+        perm = tuple(operator.index(a) for a in order)
+    except TypeError:
+        raise ValueError(f"order must be 'C', 'F' or a permutation of the axes, got {order!r}") from None
+    if sorted(perm) != list(range(ndim)):
+        raise ValueError(f"order {perm} is not a permutation of the {ndim} axes (0..{ndim - 1})")
+    return perm
+
+
+def dense_strides(shape: Sequence[int], order: str | Sequence[int] = "C") -> tuple[int, ...]:
+    """Element strides of a dense array of ``shape`` in ``order`` ("C", "F" or a permutation of
+    the axes, slowest-varying first: see :func:`axis_order`)."""
     n = len(shape)
     strides = [0] * n
     acc = 1
-    dims = range(n - 1, -1, -1) if order == "C" else range(n)
-    for d in dims:
+    for d in reversed(axis_order(order, n)):
         strides[d] = acc
         acc *= max(1, shape[d])
     return tuple(strides)

@@ -153,9 +153,9 @@ def _copy(shape, src_off, src_st, dst_off, dst_st) -> Copy:
     return Copy(sh, src_off, s, dst_off, d)
 
 
-def order_perm(out_order: str, ndim: int) -> list[int]:
-    """Axes from slowest- to fastest-varying in a dense ``out_order`` array ("C" or "F")."""
-    return list(range(ndim)) if out_order == "C" else list(range(ndim - 1, -1, -1))
+def order_perm(out_order: str | tuple[int, ...], ndim: int) -> list[int]:
+    """Axes from slowest- to fastest-varying in a dense ``out_order`` array ("C", "F" or a permutation)."""
+    return list(geo.axis_order(out_order, ndim))
 
 
 def _transfer(s, d, box, itemsize, perm, src_lower, src_strides, dst_lower, dst_strides) -> Transfer:
@@ -194,7 +194,7 @@ class Plan:
     nranks: int
     ndim: int
     itemsize: int
-    out_order: str
+    out_order: str | tuple[int, ...]  # "C", "F", or the axes slowest-varying first
     global_box: BoxT | None
     in_boxes: tuple[BoxT, ...]
     out_boxes: tuple[BoxT, ...]
@@ -306,7 +306,7 @@ def make_plan(
     *,
     itemsize: int,
     in_strides: Sequence[Sequence[int] | None] | None = None,
-    out_order: str = "C",
+    out_order: str | Sequence[int] = "C",
 ) -> Plan:
     """Plan rank ``rank``'s part of moving data from ``in_boxes`` to ``out_boxes``.
 
@@ -323,7 +323,9 @@ def make_plan(
         Per rank, the element strides of that rank's operand (positive; padded arrays allowed),
         or None for dense in ``out_order``. None altogether means dense everywhere.
     out_order:
-        "C" or "F": every rank's result is dense in this order.
+        "C" or "F" or a permutation of the axes (slowest-varying first, e.g. ``(1, 0, 2)``):
+        every rank's result is dense in this order. Copies and staging slots are walked in it,
+        so a permuted result is written directly (no transpose pass).
     """
     rank, itemsize = operator.index(rank), operator.index(itemsize)  # numpy ints -> int: stable key
     nranks = len(in_boxes)
@@ -331,13 +333,19 @@ def make_plan(
         raise ValueError(f"got {nranks} input boxes but {len(out_boxes)} output boxes")
     if not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} is not in [0, {nranks})")
-    if out_order not in ("C", "F"):
-        raise ValueError(f"out_order must be 'C' or 'F', got {out_order!r}")
     if itemsize <= 0:
         raise ValueError(f"itemsize must be positive, got {itemsize}")
     in_boxes = tuple(geo.as_box(*b) for b in in_boxes)
     out_boxes = tuple(geo.as_box(*b) for b in out_boxes)
     ndim = len(in_boxes[0][0])
+    if not isinstance(out_order, str):
+        out_order = geo.axis_order(out_order, ndim)
+        if out_order == tuple(range(ndim)):
+            out_order = "C"  # one name for one layout
+        elif out_order == tuple(range(ndim - 1, -1, -1)):
+            out_order = "F"
+    else:
+        geo.axis_order(out_order, ndim)  # ValueError for anything but "C" / "F"
     in_shapes = [geo.box_shape(b) for b in in_boxes]
     out_shapes = [geo.box_shape(b) for b in out_boxes]
     strides = [

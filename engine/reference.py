@@ -24,7 +24,8 @@ def empty_output(plan: Plan, dtype: npt.DTypeLike) -> np.ndarray:
     """A result array for ``plan``'s rank: dense in ``plan.out_order``, filled with 0xA5 bytes."""
     dtype = np.dtype(dtype)
     buf = np.full(max(1, plan.out_elements) * dtype.itemsize, 0xA5, dtype=np.uint8)
-    return np.ndarray(plan.out_shape, dtype=dtype, buffer=buf, order=plan.out_order)
+    return np.ndarray(plan.out_shape, dtype=dtype, buffer=buf,
+                      strides=tuple(s * dtype.itemsize for s in plan.out_strides))
 
 
 def execute_reference(plans: Sequence[Plan], inputs: Sequence[np.ndarray], *, mode: str = "direct") -> list[np.ndarray]:

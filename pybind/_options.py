@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,9 +34,13 @@ class RedistributeOptions:
         Where the exchange runs. "auto" (default): host operands on the MPI host backend, GPU
         operands on the CUDA backend. "cuda" runs host operands on the GPU through an
         engine-owned device mirror (copy in, run, copy out), as nvmath-python always does.
-    result_layout : "auto", "C" or "F"
+    result_layout : "auto", "C", "F" or a permutation of the axes
         Memory order of the result. "auto" (default) follows the operands (C -> C, F -> F;
-        C when every operand fits both, e.g. 1-D); "C"/"F" force it.
+        C when every operand fits both, e.g. 1-D); "C"/"F" force it; a permutation of
+        ``range(ndim)`` gives the axes from slowest- to fastest-varying in memory ("C" is
+        ``(0, 1, ..., n-1)``, "F" ``(n-1, ..., 0)``): e.g. ``(0, 2, 1)`` for a 3-D result whose
+        axis 1 is contiguous, as a pencil transpose before an FFT along axis 1 wants. The result
+        is then a transposed view of a dense buffer, written directly (no extra copy pass).
     transport : "auto", "push" or "put"
         CUDA backend only. "push": one fused kernel writes straight into peers' results
         through NVLink/P2P pointers; "put": pack into symmetric staging, NVSHMEM put, unpack
@@ -67,7 +72,7 @@ class RedistributeOptions:
     blocking: Literal[True, "auto"] = "auto"
     execution: Literal["auto", "cpu", "cuda"] = "auto"
     transport: Literal["auto", "push", "put"] = "auto"
-    result_layout: Literal["auto", "C", "F"] = "auto"
+    result_layout: Literal["auto", "C", "F"] | tuple[int, ...] = "auto"
     host_method: Literal["auto", "push", "hybrid", "datatype", "pack", "alltoallw"] = "auto"
     signal: Literal["epoch", "barrier"] = "epoch"
     result: Literal["persistent", "fresh"] = "persistent"
@@ -79,8 +84,18 @@ class RedistributeOptions:
             raise InvalidValueError(f"execution must be 'auto', 'cpu' or 'cuda', got {self.execution!r}")
         if self.transport not in TRANSPORTS:
             raise InvalidValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
-        if self.result_layout not in ("auto", "C", "F"):
-            raise InvalidValueError(f"result_layout must be 'auto', 'C' or 'F', got {self.result_layout!r}")
+        if not isinstance(self.result_layout, str):
+            try:
+                perm = tuple(operator.index(a) for a in self.result_layout)
+            except TypeError:
+                raise InvalidValueError(f"result_layout must be 'auto', 'C', 'F' or a permutation of the axes, got "
+                                        f"{self.result_layout!r}") from None
+            if sorted(perm) != list(range(len(perm))):
+                raise InvalidValueError(f"result_layout {perm} is not a permutation of the axes 0..{len(perm) - 1}")
+            self.result_layout = perm
+        elif self.result_layout not in ("auto", "C", "F"):
+            raise InvalidValueError(f"result_layout must be 'auto', 'C', 'F' or a permutation of the axes, got "
+                                    f"{self.result_layout!r}")
         if self.host_method not in HOST_METHODS:
             raise InvalidValueError(f"host_method must be one of {HOST_METHODS}, got {self.host_method!r}")
         if self.result not in ("persistent", "fresh"):

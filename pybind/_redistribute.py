@@ -19,6 +19,7 @@ from ._options import RedistributeOptions
 from ._streams import current_stream, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
+from .engine.geometry import axis_order
 from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .engine.plan import make_plan
 from .engine.validate import RankSpec, check_boxes, check_operands, consensus_order, raise_first
@@ -132,8 +133,11 @@ class Redistribute(Generic[ArrayT]):
         in_boxes, out_boxes = resolve_boxes([s.in_dist for s in specs], [s.out_dist for s in specs],
                                             [s.shape for s in specs])
         specs = [dataclasses.replace(s, in_box=i, out_box=o) for s, i, o in zip(specs, in_boxes, out_boxes)]
-        if opts.result_layout != "auto":  # a forced result order makes operand layouts irrelevant
-            specs = [dataclasses.replace(s, layouts=(opts.result_layout,)) for s in specs]
+        rl = opts.result_layout
+        if isinstance(rl, tuple) and len(rl) != len(op.shape):  # same options and ndim everywhere: same error
+            raise InvalidValueError(f"result_layout {rl} has {len(rl)} axes but the operands are {len(op.shape)}-D")
+        if rl != "auto":  # a forced result order makes operand layouts irrelevant
+            specs = [dataclasses.replace(s, layouts=("C",) if isinstance(rl, tuple) else (rl,)) for s in specs]
         raise_first(specs, check_boxes)
         self._backend = backend.select_backend(op.memory, opts.execution, ctx.cuda is not None)
         self._ctx, self._options = ctx, opts
@@ -142,7 +146,7 @@ class Redistribute(Generic[ArrayT]):
         self._template = _template(op)
         self._in_boxes, self._out_boxes = in_boxes, out_boxes
         self._all_strides = [s.strides for s in specs]
-        self._out_order = consensus_order(specs)
+        self._out_order = _normal_order(rl) if isinstance(rl, tuple) else consensus_order(specs)
         self._ctor_stream = ctor_stream
         self._result = None
         self._out = None  # the out= object bound now (None: the engine-owned result)
@@ -173,7 +177,8 @@ class Redistribute(Generic[ArrayT]):
                          doc="This process's input box.")
     output_box = property(lambda self: Box(*self._out_boxes[self._ctx.process_group.rank]),
                           doc="This process's output box.")
-    layout = property(lambda self: self._out_order, doc='"C" or "F": the memory order of the result.')
+    layout = property(lambda self: self._out_order,
+                      doc='"C", "F" or the axes slowest-varying first: the memory order of the result.')
     execution_space = property(lambda self: "cpu" if self._backend == "host" else "cuda",
                                doc='"cpu" or "cuda": where the exchange runs.')
     memory_space = property(lambda self: self._template.memory, doc='"cpu" or "cuda": where operands live.')
@@ -302,13 +307,14 @@ class Redistribute(Generic[ArrayT]):
         """result="fresh": a new array for this execute (on GPUs collective: symmetric memory)."""
         t, shape = self._template, self._exe.result.shape
         if t.memory == "cpu":
+            perm = axis_order(self._out_order, len(shape))
+            inverse = tuple(perm.index(d) for d in range(len(shape)))
+            stored = tuple(shape[d] for d in perm)  # dense in memory, slowest axis first
             if t.package == "numpy":
-                return np.empty(shape, dtype=t.dtype, order=self._out_order)
+                return np.empty(stored, dtype=t.dtype).transpose(inverse)
             import torch
 
-            if self._out_order == "C" or len(shape) < 2:
-                return torch.empty(shape, dtype=t.dtype)
-            return torch.empty(shape[::-1], dtype=t.dtype).permute(*range(len(shape) - 1, -1, -1))
+            return torch.empty(stored, dtype=t.dtype).permute(*inverse)
         from ._symmetric import allocate_symmetric_memory
 
         return allocate_symmetric_memory(shape, t.package, dtype=t.dtype, axis_order=self._out_order,
@@ -486,6 +492,12 @@ class Redistribute(Generic[ArrayT]):
     def __repr__(self):
         st = self._state.name if self._state is not None else "INVALID"
         return f"<redist.Redistribute {st} backend={getattr(self, '_backend', '?')}>"
+
+
+def _normal_order(perm: tuple[int, ...]) -> str | tuple[int, ...]:
+    """"C"/"F" for the identity/reversed permutation (one name for one layout), else ``perm``."""
+    n = len(perm)
+    return "C" if perm == tuple(range(n)) else ("F" if perm == tuple(range(n - 1, -1, -1)) else perm)
 
 
 def _fmt_global(boxes) -> str:

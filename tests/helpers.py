@@ -173,12 +173,13 @@ def strided_operand(G: np.ndarray, box, strides, itemsize: int) -> tuple[np.ndar
     return buf, -lo
 
 
-def expected_bytes(G: np.ndarray, box, order: str) -> np.ndarray:
-    """The bytes of ``box`` of the global byte array, dense in ``order``."""
+def expected_bytes(G: np.ndarray, box, order) -> np.ndarray:
+    """The bytes of ``box`` of the global byte array, dense in ``order`` ("C", "F" or the axes
+    slowest-varying first)."""
     sub = G[sl(box)]
-    if order == "F":
-        sub = np.transpose(sub, tuple(reversed(range(sub.ndim - 1))) + (sub.ndim - 1,))
-    return np.ascontiguousarray(sub).reshape(-1)
+    n = sub.ndim - 1  # the last axis holds the bytes of one element
+    perm = tuple(range(n)) if order == "C" else tuple(reversed(range(n))) if order == "F" else tuple(order)
+    return np.ascontiguousarray(np.transpose(sub, perm + (n,))).reshape(-1)
 
 
 def same_bits(a, b) -> bool:

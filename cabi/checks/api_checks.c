@@ -256,6 +256,32 @@ int main(int argc, char **argv)
                 bad += f[i + j * M] != val(i, olo[1] + j, 0.0); /* the result is column-major */
         TRUE(bad == 0);
         EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+        /* result_order {1, 0}: axis 0 fastest (column-major), named as a permutation; the operand
+           stays C-ordered (opts.order = C: a dense operand given without strides is C) */
+        redist_options_init(&opts);
+        opts.result_ndim = 2;
+        opts.result_order[0] = 1;
+        opts.result_order[1] = 0;
+        EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &opts), REDIST_SUCCESS,
+               NULL);
+        EXPECT(redist_plan(hs, NULL), REDIST_SUCCESS, NULL);
+        EXPECT(redist_execute(hs, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+        f = res;
+        bad = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < bn; j++)
+                bad += f[i + j * M] != val(i, olo[1] + j, 0.0);
+        TRUE(bad == 0);
+        /* out= is dense in the result order too */
+        EXPECT(redist_execute(hs, NULL, out, &res), REDIST_SUCCESS, NULL);
+        bad = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < bn; j++)
+                bad += out[i + j * M] != val(i, olo[1] + j, 0.0);
+        TRUE(res == out && bad == 0);
+        EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+        opts.order = REDIST_ORDER_F;
+        opts.result_ndim = 0;
         /* NULL options: the defaults (C order) */
         EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, NULL), REDIST_SUCCESS,
                NULL);

@@ -82,6 +82,17 @@ program api_checks
   call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute options")
   call check_columns(res, "host method pack")
   call expect(redist_free(hs), REDIST_SUCCESS, "", "free options")
+  ! a permuted result named Fortran's way: dimension 1 fastest, then 2 (the usual layout)
+  call redist_options_result_order_f(opts, [1, 2])
+  call truth(opts%result_ndim == 2 .and. opts%result_order(1) == 1 .and. opts%result_order(2) == 0, &
+             "result_order_f: 1-based fastest first -> C's 0-based slowest first")
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_SUCCESS, "", "create_f result_order")
+  call expect(redist_plan(hs, c_null_ptr), REDIST_SUCCESS, "", "plan result_order")
+  call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute result_order")
+  call check_columns(res, "result_order (1, 2)")
+  call expect(redist_free(hs), REDIST_SUCCESS, "", "free result_order")
+  opts%result_ndim = 0
   if (rank == nranks - 1) opts%struct_size = opts%struct_size - 4
   write (want, '(a,i0)') "rank ", nranks - 1
   call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &

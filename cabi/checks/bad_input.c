@@ -8,6 +8,7 @@
  * documented local outcome), the message (it names the rank at fault) and the data.
  * Global array: M x N doubles, element (i, j) = i * N + j; rows split -> columns split.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,7 +137,19 @@ int main(int argc, char **argv)
         if (strcmp(name, "create_ex_struct_size_last") == 0 && last())
             o.struct_size -= 4;
         if (strcmp(name, "create_ex_version_last") == 0 && last())
-            o.version = 2;
+            o.version = 3;
+        if (strcmp(name, "create_ex_v1_struct_ok") == 0) { /* a program built against version 1 */
+            o.struct_size = offsetof(redist_options_t, result_ndim);
+            o.version = 1;
+        }
+        if (strcmp(name, "create_ex_result_order_last") == 0 && last()) {
+            o.result_ndim = 2;
+            o.result_order[0] = o.result_order[1] = 0;
+        }
+        if (strcmp(name, "create_ex_result_ndim_last") == 0 && last()) {
+            o.result_ndim = 3;
+            o.result_order[0] = 2, o.result_order[1] = 1, o.result_order[2] = 0;
+        }
         if (strcmp(name, "create_ex_transport_garbage_last") == 0 && last())
             o.transport = 11;
         if (strcmp(name, "create_ex_signal_last") == 0 && last())

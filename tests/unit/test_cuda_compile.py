@@ -312,6 +312,22 @@ def test_emulate_random_boxes_nd(order):
         run_case(ib, ob, itemsize, transport=transport, order=order, reach=reach, seed=case)
 
 
+def test_emulate_permuted_results():
+    """result_layout as a permutation: the kernels write the transposed layout directly."""
+    rng = np.random.default_rng(11)
+    for case in range(30):
+        ndim = int(rng.integers(2, 6))
+        gshape = tuple(int(x) for x in rng.integers(1, 6, ndim))
+        p = int(rng.integers(1, 5))
+        perm = tuple(int(a) for a in rng.permutation(ndim))
+        ib, ob = random_boxes(gshape, p, rng), random_boxes(gshape, p, rng)
+        itemsize = int(rng.choice([1, 4, 8, 16, 12]))
+        lls = run_case(ib, ob, itemsize, transport=["push", "put"][case % 2], order=perm, seed=case)
+        assert all(ll.nranks == p for ll in lls)
+    g = (6, 8, 4)  # a pencil transpose with the new axis contiguous
+    run_case(slab_boxes(g, 2, 0), slab_boxes(g, 2, 1), 8, order=(0, 2, 1))
+
+
 def test_emulate_strided_inputs_and_alignment():
     rng = np.random.default_rng(3)
     g = (6, 10, 8)

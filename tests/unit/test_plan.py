@@ -320,7 +320,7 @@ def test_numpy_integer_boxes_give_the_same_plan():
     [
         ({"rank": 2}, r"rank 2 is not in \[0, 2\)"),
         ({"rank": -1}, r"rank -1 is not in \[0, 2\)"),
-        ({"out_order": "K"}, "out_order must be 'C' or 'F', got 'K'"),
+        ({"out_order": "K"}, "order must be 'C', 'F' or a permutation of the axes, got 'K'"),
         ({"itemsize": 0}, "itemsize must be positive, got 0"),
         ({"out_boxes": [((0,), (4,))]}, "got 2 input boxes but 1 output boxes"),
     ],

@@ -22,6 +22,7 @@ from helpers import same_bits as same_bytes  # noqa: E402
 
 import redist
 from redist import BlockNonCyclic, Box, ProcessGrid, Redistribute, Slab
+from redist.engine import geometry
 
 redist.initialize()
 ctx = redist.get_context()
@@ -53,19 +54,20 @@ def random_boxes(rng, shape, nranks):
     return [Box(*b) for b in helpers.random_boxes(shape, nranks, rng)]
 
 
-def run_case(shape, dtype, din, dout, layout, label):
+def run_case(shape, dtype, din, dout, layout, label, options=None):
     g = global_array(shape, dtype)
     ib = din if isinstance(din, Box) else din.box(rank, shape)
     ob = dout if isinstance(dout, Box) else dout.box(rank, shape)
     a = piece(g, ib, layout)
     try:
-        with Redistribute(a, din, dout) as r:
+        with Redistribute(a, din, dout, options=options) as r:
             r.plan()
             b = r.execute()
             want = g[tuple(slice(l, h) for l, h in zip(ob.lower, ob.upper))]
             check(same_bytes(b, want), f"{label}: wrong result")
             order = r.layout
-            check(b.flags.c_contiguous if order == "C" else b.flags.f_contiguous, f"{label}: result not {order}")
+            dense = tuple(s * b.itemsize for s in geometry.dense_strides(b.shape, order))
+            check(b.strides == dense or b.size <= 1, f"{label}: result strides {b.strides}, not dense {order} {dense}")
             # a second operand (different values) through reset_operand_unchecked, then back
             a2 = piece(g[::-1].copy() if len(shape) else g, ib, layout)
             r.reset_operand_unchecked(a2)
@@ -97,6 +99,17 @@ def matrix(seed):
                 run_case((5, 7, 6), np.complex128, BlockNonCyclic(ProcessGrid(grids[0])),
                          BlockNonCyclic(ProcessGrid(grids[1], ProcessGrid.Layout.COL_MAJOR)), lay,
                          f"pencils {grids} {lay}")
+    # permuted results (result_layout = axes slowest first), every host method, 2-D .. 5-D
+    methods = ["auto", "hybrid", "datatype", "pack"] + (["push"] if P > 1 else [])
+    for k in range(10):
+        nd = 2 + k % 4
+        shape = tuple(int(v) for v in rng.integers(1, 6, nd))
+        perm = tuple(int(v) for v in rng.permutation(nd))
+        ib, ob = random_boxes(rng, shape, P), random_boxes(rng, shape, P)
+        run_case(shape, dtypes[k % len(dtypes)], ib[rank], ob[rank], "CFP"[k % 3],
+                 f"permuted result {perm} {shape} #{k}", {"result_layout": perm, "host_method": methods[k % len(methods)]})
+    run_case((6, 5, 4), np.complex64, Slab(0), Slab(1), "C", "pencil transpose, axis 1 contiguous",
+             {"result_layout": (0, 2, 1)})
     # random boxes, uneven and empty ranks, 2-D .. 4-D
     for k in range(12):
         nd = 2 + k % 3
