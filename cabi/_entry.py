@@ -78,14 +78,16 @@ class _Handle:
                                        self.device_id, self.order)
         return op
 
-    def out(self, ptr: int):
-        """``out=`` for ``ptr``: the RawArray, made once per address (Redistribute checks a new one)."""
-        raw = self._outs.get(ptr)
+    def out(self, ptr: int, strides: tuple[int, ...] | None = None):
+        """``out=`` for ``ptr`` (dense in the result's order, or element ``strides``): the RawArray,
+        made once per address and strides (Redistribute checks a new one)."""
+        key = ptr if strides is None else (ptr, strides)
+        raw = self._outs.get(key)
         if raw is None:
             if len(self._outs) >= _CACHE_MAX:
                 self._outs.clear()
-            raw = self._outs[ptr] = _raw(ptr, self.out_shape, self.out_strides, self.itemsize, self.memory,
-                                         self.device_id, self.order)
+            raw = self._outs[key] = _raw(ptr, self.out_shape, self.out_strides if strides is None else strides,
+                                         self.itemsize, self.memory, self.device_id, self.order)
         return raw
 
 
@@ -266,7 +268,10 @@ def _options(ptr, order: int) -> dict:
         layout = tuple(int(ptr.result_order[i]) for i in range(n))
         if sorted(layout) != list(range(n)):
             raise ValueError(f"options->result_order {list(layout)} is not a permutation of the axes 0..{n - 1}")
-    return {"result_layout": layout, "transport": _TRANSPORTS[ptr.transport],
+    overlap = int(ptr.allow_overlap) if version >= 2 else 0
+    if overlap not in (0, 1):
+        raise ValueError(f"options->allow_overlap must be 0 or 1, got {overlap}")
+    return {"result_layout": layout, "allow_overlap": bool(overlap), "transport": _TRANSPORTS[ptr.transport],
             "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto",
             "signal": _SIGNALS[ptr.signal]}
 
@@ -338,6 +343,17 @@ def _execute(hid, stream, out, result_p):
     return 0
 
 
+def _execute_strided(hid, stream, out, strides, result_p):
+    h = _handles.get(hid) or _lookup(hid)
+    if not out:
+        res = h.r.execute(stream=stream or None)
+    else:
+        st = tuple(int(v) for v in _ffi.unpack(strides, len(h.out_shape))) if strides else None
+        res = h.r.execute(stream=stream or None, out=h.out(out, st))
+    result_p[0] = res.ptr
+    return 0
+
+
 def _reset_operand(hid, operand):
     h = _handles.get(hid) or _lookup(hid)
     op = None
@@ -380,6 +396,7 @@ _BODIES = {
     "_redist_py_create": _create,
     "_redist_py_plan": _plan,
     "_redist_py_execute": _execute,
+    "_redist_py_execute_strided": _execute_strided,
     "_redist_py_reset_operand": _reset_operand,
     "_redist_py_reset_operand_unchecked": _reset_operand_unchecked,
     "_redist_py_release_operand": _release_operand,

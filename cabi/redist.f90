@@ -84,6 +84,7 @@ module redist
     integer(c_int32_t) :: signal = 0_c_int32_t        !< REDIST_SIGNAL_*
     integer(c_int32_t) :: result_ndim = 0_c_int32_t   !< 0: dense in `order`; else set by redist_options_result_order_f
     integer(c_int32_t) :: result_order(16) = 0_c_int32_t  !< C's view: 0-based axes, slowest first
+    integer(c_int32_t) :: allow_overlap = 0_c_int32_t !< 1: boxes may overlap (allgather, halos, replicas)
   end type redist_options_t
 
   ! redist_initialize() arguments
@@ -92,6 +93,7 @@ module redist
   integer(c_int32_t), parameter, public :: REDIST_DEVICE_NONE = -2        !< never touch a GPU
 
   public :: redist_initialize, redist_finalize, redist_comm_rank, redist_create, redist_plan, redist_execute
+  public :: redist_execute_strided
   public :: redist_reset_operand, redist_reset_operand_unchecked, redist_release_operand, redist_free
   public :: redist_graph, redist_get_error_string, redist_get_last_error, redist_version
   public :: redist_create_ex, redist_options_init_f, redist_options_result_order_f
@@ -180,6 +182,20 @@ module redist
       type(c_ptr), intent(out) :: result
       integer(c_int32_t) :: status
     end function redist_execute
+
+    !> Collective: redist_execute into an `out` of any element strides (host memory), one per
+    !> dimension, e.g. the interior of an array with ghost cells: out_strides = [1, m + 2] for
+    !> a(1:m, 1:n) inside g(0:m+1, 0:n+1). `out` is the address of the box's first element.
+    function redist_execute_strided(handle, stream, out, out_strides, result) &
+        bind(C, name="redist_execute_strided") result(status)
+      import :: redist_t, c_int32_t, c_int64_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: stream
+      type(c_ptr), value :: out
+      integer(c_int64_t), intent(in) :: out_strides(*)
+      type(c_ptr), intent(out) :: result
+      integer(c_int32_t) :: status
+    end function redist_execute_strided
 
     !> Collective: a new operand of the same shape, strides and memory, checked on every process.
     function redist_reset_operand(handle, operand) bind(C, name="redist_reset_operand") result(status)
@@ -320,6 +336,7 @@ contains
     options%signal = REDIST_SIGNAL_EPOCH
     options%result_ndim = 0_c_int32_t
     options%result_order = 0_c_int32_t
+    options%allow_overlap = 0_c_int32_t
   end subroutine redist_options_init_f
 
   !> A permuted result: `axes` lists the array's dimensions (1-based) from fastest- to

@@ -91,8 +91,8 @@ typedef enum redist_signal_e {
     REDIST_SIGNAL_BARRIER = 1  /**< NVSHMEM team barriers at entry and exit */
 } redist_signal_t;
 
-/** The version of ::redist_options_t this header describes (2 added `result_ndim`/`result_order`;
- * the library still reads version-1 structs). */
+/** The version of ::redist_options_t this header describes (2 added `result_ndim`/`result_order`
+ * and `allow_overlap`; the library still reads version-1 structs). */
 #define REDIST_OPTIONS_VERSION (2)
 /** Most axes `result_order` can name. */
 #define REDIST_MAX_NDIM (16)
@@ -118,13 +118,19 @@ typedef struct redist_options_s {
      *  contiguous). The result (and `out`) is then dense in that order. (version 2) */
     int32_t result_ndim;
     int32_t result_order[REDIST_MAX_NDIM];
+    /** 0 (default): input boxes and output boxes each tile the global array exactly. 1: boxes
+     *  may overlap and outputs need not cover the global array (the bounding box of the input
+     *  boxes); every element of every output box must be held by some input box and comes from
+     *  the lowest rank holding it: allgather, broadcast, gather, halos, replicated input
+     *  (RedistributeOptions.allow_overlap). (version 2) */
+    int32_t allow_overlap;
 } redist_options_t;
 
 /** @brief Default options, with `struct_size` and `version` set (no Python needed). */
 static inline void redist_options_init(redist_options_t *options)
 {
     redist_options_t defaults = {sizeof(redist_options_t), REDIST_OPTIONS_VERSION, REDIST_ORDER_C,
-                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH, 0, {0}};
+                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH, 0, {0}, 0};
     *options = defaults;
 }
 
@@ -222,6 +228,19 @@ redist_status_t redist_plan(redist_t handle, void *stream);
  *         (until a new operand is set) and after redist_free().
  */
 redist_status_t redist_execute(redist_t handle, void *stream, void *out, void **result);
+
+/**
+ * @brief redist_execute() into an `out` of any element strides (host memory). Collective.
+ *
+ * Writes the output box into `out` with `out_strides[k]` elements between neighbours along axis
+ * k (the axes of redist_create's boxes; any sign: `out` is the address of the box's first
+ * element, index (0, ..., 0)), e.g. the interior of an array with ghost layers: the exchange
+ * writes there directly. `out_strides` NULL: dense, as redist_execute(). Strides that map two
+ * elements to one address are ::REDIST_ERROR_INVALID_VALUE on every process. Device memory:
+ * `out` must be dense (see redist_execute()); other strides are ::REDIST_ERROR_INVALID_VALUE.
+ */
+redist_status_t redist_execute_strided(redist_t handle, void *stream, void *out, const int64_t *out_strides,
+                                       void **result);
 
 /**
  * @brief Replace the operand by another buffer of the same shape, strides and memory.

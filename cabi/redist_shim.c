@@ -65,6 +65,7 @@ static int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int
                                  const redist_options_t *);
 static int32_t _redist_py_plan(intptr_t, uintptr_t);
 static int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, uintptr_t *);
+static int32_t _redist_py_execute_strided(intptr_t, uintptr_t, uintptr_t, const int64_t *, uintptr_t *);
 static int32_t _redist_py_reset_operand(intptr_t, uintptr_t);
 static int32_t _redist_py_reset_operand_unchecked(intptr_t, uintptr_t);
 static int32_t _redist_py_release_operand(intptr_t);
@@ -272,6 +273,18 @@ CFFI_DLLEXPORT redist_status_t redist_execute(redist_t handle, void *stream, voi
     int32_t st;
     REDIST_ENSURE_PYTHON();
     st = _redist_py_execute((intptr_t)handle, (uintptr_t)stream, (uintptr_t)out, &res);
+    if (result != NULL)
+        *result = st == REDIST_SUCCESS ? (void *)res : NULL;
+    return (redist_status_t)st;
+}
+
+CFFI_DLLEXPORT redist_status_t redist_execute_strided(redist_t handle, void *stream, void *out,
+                                                      const int64_t *out_strides, void **result)
+{
+    uintptr_t res = 0;
+    int32_t st;
+    REDIST_ENSURE_PYTHON();
+    st = _redist_py_execute_strided((intptr_t)handle, (uintptr_t)stream, (uintptr_t)out, out_strides, &res);
     if (result != NULL)
         *result = st == REDIST_SUCCESS ? (void *)res : NULL;
     return (redist_status_t)st;

@@ -40,6 +40,8 @@ __all__ = [
     "find_overlap",
     "find_uncovered_point",
     "cover_problem",
+    "subtract",
+    "ownership",
     "format_box",
     "layout_candidates",
 ]
@@ -226,6 +228,53 @@ def cover_problem(boxes: Sequence[BoxT], glob: BoxT) -> str | None:
             f"the boxes cover {covered} of the {total} elements of the global box {format_box(glob)}{at}"
         )
     return None
+
+
+def subtract(box: BoxT, cut: BoxT) -> list[BoxT]:
+    """Pairwise-disjoint boxes holding the elements of ``box`` outside ``cut`` (at most ``2·ndim``)."""
+    common = intersect(box, cut)
+    if common is None:
+        return [] if is_empty(box) else [box]
+    pieces = []
+    lo, hi = list(box[0]), list(box[1])
+    for d in range(len(lo)):  # peel the slabs below and above ``common`` on each axis in turn
+        if lo[d] < common[0][d]:
+            pieces.append((tuple(lo), tuple(hi[:d] + [common[0][d]] + hi[d + 1:])))
+        if common[1][d] < hi[d]:
+            pieces.append((tuple(lo[:d] + [common[1][d]] + lo[d + 1:]), tuple(hi)))
+        lo[d], hi[d] = common[0][d], common[1][d]
+    return pieces
+
+
+def ownership(boxes: Sequence[BoxT]) -> tuple[tuple[BoxT, ...], tuple[int, int] | None]:
+    """Which elements each rank is the source of when boxes may overlap: the lowest rank holding one.
+
+    Returns ``(owned, None)``: ``owned[r]`` is the part of ``boxes[r]`` no lower rank holds, a box
+    (empty -- ``(lower, lower)`` -- when every element is held lower down). Pairwise-disjoint boxes
+    own themselves. When some rank's part is not a single box (a lower box cuts a notch or a
+    hole into it), returns ``(boxes, (r, q))``: rank r's part, q the lowest rank cutting it.
+    """
+    boxes = tuple(boxes)
+    if len(boxes) < 2:
+        return boxes, None
+    m = pairwise_overlap(boxes, boxes)
+    np.fill_diagonal(m, 0)
+    owned = list(boxes)
+    for r in range(1, len(boxes)):
+        lower = [q for q in np.flatnonzero(m[r, :r])]
+        if not lower:
+            continue
+        pieces = [boxes[r]]
+        for q in lower:
+            pieces = [p for piece in pieces for p in subtract(piece, boxes[int(q)])]
+        if not pieces:
+            owned[r] = (boxes[r][0], boxes[r][0])
+            continue
+        bound = bounding_box(pieces)
+        if bound is None or sum(volume(p) for p in pieces) != volume(bound):
+            return boxes, (r, int(lower[0]))
+        owned[r] = bound
+    return tuple(owned), None
 
 
 def layout_candidates(shape: Sequence[int], strides: Sequence[int]) -> tuple[str, ...]:

@@ -111,8 +111,13 @@ def check_operands(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str]
     return None
 
 
-def check_boxes(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | None:
-    """The first problem with the ranks' boxes (they must be resolved), or None."""
+def check_boxes(specs: Sequence[RankSpec], *, allow_overlap: bool = False) -> tuple[type[BaseException], str] | None:
+    """The first problem with the ranks' boxes (they must be resolved), or None.
+
+    Without ``allow_overlap`` the input boxes and the output boxes must each tile the same global
+    box exactly. With it, boxes may overlap and outputs need not cover anything: every element of
+    every output box must be held by some input box (the lowest rank holding it is its source).
+    """
     inv = errors.InvalidValueError
     ndim = specs[0].ndim
     for which in ("input", "output"):  # every input first: an output laid over them may inherit their faults
@@ -128,6 +133,8 @@ def check_boxes(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | 
             )
     in_boxes = [s.in_box for s in specs]
     out_boxes = [s.out_box for s in specs]
+    if allow_overlap:
+        return _overlap_problem(in_boxes, out_boxes) or _layout_problem(specs)
     gin, gout = geo.bounding_box(in_boxes), geo.bounding_box(out_boxes)
     if gin != gout:
         f = lambda g: geo.format_box(g) if g else "empty"  # noqa: E731
@@ -147,10 +154,37 @@ def check_boxes(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | 
             msg = geo.cover_problem(boxes, gin)
             if msg:
                 return inv, f"the {which} boxes do not tile the global array exactly: {msg}"
+    return _layout_problem(specs)
+
+
+def _overlap_problem(in_boxes: Sequence[BoxT], out_boxes: Sequence[BoxT]) -> tuple[type[BaseException], str] | None:
+    """Why the outputs cannot be filled from overlapping inputs (``allow_overlap=True``), or None."""
+    owned, cut = geo.ownership(in_boxes)
+    if cut is not None:
+        r, q = cut
+        return errors.NotSupportedError, (
+            f"rank {r} input box {geo.format_box(in_boxes[r])} overlaps rank {q} input box "
+            f"{geo.format_box(in_boxes[q])} so that the part rank {r} is the source of (the elements no lower rank "
+            "holds) is not a box; replicated input is supported where that part is a box or empty "
+            "(identical replicas, slabs with halos)"
+        )
+    held = geo.pairwise_overlap(owned, out_boxes).sum(axis=0)
+    for d, box in enumerate(out_boxes):
+        if int(held[d]) != geo.volume(box):
+            where = geo.find_uncovered_point(owned, box)
+            at = f": element {where} is held by no input box" if where is not None else ""
+            return errors.InvalidValueError, (
+                f"rank {d} output box {geo.format_box(box)} is not covered by the input boxes "
+                f"({int(held[d])} of its {geo.volume(box)} elements are held by some rank){at}"
+            )
+    return None
+
+
+def _layout_problem(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | None:
     if consensus_order(specs) is None:
         c = [s.rank for s in specs if s.layouts == ("C",)]
         f = [s.rank for s in specs if s.layouts == ("F",)]
-        return inv, (
+        return errors.InvalidValueError, (
             "The input memory layout is not C or Fortran, or is inconsistent across processes: ranks "
             f"{c[:8]} hold C-ordered operands, ranks {f[:8]} Fortran-ordered ones; all ranks must use the same "
             "layout"

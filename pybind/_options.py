@@ -9,6 +9,8 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from .engine.backend import HOST_METHODS, SIGNALS, TRANSPORTS
 from .engine.errors import InvalidTypeError, InvalidValueError
 
@@ -66,6 +68,15 @@ class RedistributeOptions:
         arrivals (and NVSHMEM put-with-signal on the put path), each rank waits only for the
         peers it talks to. "barrier": NVSHMEM team barriers at entry and exit (the wave-1 graphs;
         unavailable when several ranks share a GPU).
+    allow_overlap : bool
+        False (default): the input boxes tile the global array exactly, and so do the output
+        boxes. True: boxes may overlap and the output boxes need not cover the global array
+        (the bounding box of the input boxes); every element of every output box must be held
+        by some input box, and comes from the lowest rank holding it. This expresses allgather
+        (every output box the global box), broadcast of a box, gather onto one rank, halos (each
+        output box its own box grown by the halo width, clipped) and replicated inputs.
+        Replicated input is supported where the part of each rank's box no lower rank holds is
+        a box (identical replicas, slabs with halos); otherwise NotSupportedError.
     """
 
     logger: logging.Logger | None = None
@@ -76,6 +87,7 @@ class RedistributeOptions:
     host_method: Literal["auto", "push", "hybrid", "datatype", "pack", "alltoallw"] = "auto"
     signal: Literal["epoch", "barrier"] = "epoch"
     result: Literal["persistent", "fresh"] = "persistent"
+    allow_overlap: bool = False
 
     def __post_init__(self):
         if self.blocking is not True and self.blocking != "auto":
@@ -102,6 +114,9 @@ class RedistributeOptions:
             raise InvalidValueError(f"result must be 'persistent' or 'fresh', got {self.result!r}")
         if self.signal not in SIGNALS:
             raise InvalidValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
+        if not isinstance(self.allow_overlap, (bool, np.bool_)):
+            raise InvalidTypeError(f"allow_overlap must be True or False, got {self.allow_overlap!r}")
+        self.allow_overlap = bool(self.allow_overlap)
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger, got {type(self.logger).__name__}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
 import time
 import weakref
@@ -138,7 +139,7 @@ class Redistribute(Generic[ArrayT]):
             raise InvalidValueError(f"result_layout {rl} has {len(rl)} axes but the operands are {len(op.shape)}-D")
         if rl != "auto":  # a forced result order makes operand layouts irrelevant
             specs = [dataclasses.replace(s, layouts=("C",) if isinstance(rl, tuple) else (rl,)) for s in specs]
-        raise_first(specs, check_boxes)
+        raise_first(specs, functools.partial(check_boxes, allow_overlap=opts.allow_overlap))
         self._backend = backend.select_backend(op.memory, opts.execution, ctx.cuda is not None)
         self._ctx, self._options = ctx, opts
         self._logger = opts.logger if opts.logger is not None else logging.getLogger()

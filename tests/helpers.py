@@ -107,6 +107,53 @@ def random_boxes(gshape, nranks: int, rng: np.random.Generator, allow_empty: boo
     return [boxes[j] for j in order]
 
 
+def overlap_boxes(gshape, nranks: int, rng: np.random.Generator) -> tuple[str, list, list]:
+    """``(label, in_boxes, out_boxes)`` of a seeded problem for ``allow_overlap=True``.
+
+    Inputs: an exact cover, identical replicas (everyone or the first half of the ranks hold
+    the global box), or slabs along axis 0 grown by a halo (each rank is then the source of what
+    its lower neighbour does not hold). Outputs: allgather, broadcast of one random box, gather
+    onto one rank, an exact cover grown by a halo (clipped), or random sub-boxes (maybe empty).
+    """
+    nd = len(gshape)
+    full = (tuple(0 for _ in gshape), tuple(gshape))
+
+    def grown(boxes, g):
+        return [(tuple(max(0, l - g) for l in lo), tuple(min(n, h + g) for h, n in zip(hi, gshape)))
+                if any(h > l for l, h in zip(lo, hi)) and all(h > l for l, h in zip(lo, hi)) else (lo, hi)
+                for lo, hi in boxes]
+
+    def sub_box():
+        lo = [int(rng.integers(0, n + 1)) for n in gshape]
+        return tuple(lo), tuple(int(rng.integers(l, n + 1)) for l, n in zip(lo, gshape))
+
+    in_kind = ["cover", "replicas", "halo slabs"][int(rng.integers(3))]
+    if in_kind == "cover":
+        ins = random_boxes(gshape, nranks, rng)
+    elif in_kind == "replicas":
+        half = max(1, nranks // 2) if rng.integers(2) else nranks
+        cover = random_boxes(gshape, nranks - half, rng) if half < nranks else []
+        ins = [full] * half + cover
+    else:
+        slabs = [((r * gshape[0] // nranks,) + full[0][1:], ((r + 1) * gshape[0] // nranks,) + full[1][1:])
+                 for r in range(nranks)]
+        ins = grown(slabs, int(rng.integers(1, 3)))
+    out_kind = ["allgather", "broadcast", "gather", "halo", "random"][int(rng.integers(5))]
+    if out_kind == "allgather":
+        outs = [full] * nranks
+    elif out_kind == "broadcast":
+        b = sub_box()
+        outs = [b] * nranks
+    elif out_kind == "gather":
+        root = int(rng.integers(nranks))
+        outs = [full if r == root else (full[0], full[0]) for r in range(nranks)]
+    elif out_kind == "halo":
+        outs = grown(random_boxes(gshape, nranks, rng), int(rng.integers(1, 3)))
+    else:
+        outs = [sub_box() for _ in range(nranks)]
+    return f"{in_kind} -> {out_kind} {nd}-D", ins, outs
+
+
 # --- global arrays -------------------------------------------------------------------------
 
 

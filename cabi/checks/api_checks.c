@@ -279,6 +279,36 @@ int main(int argc, char **argv)
             for (int64_t j = 0; j < bn; j++)
                 bad += out[i + j * M] != val(i, olo[1] + j, 0.0);
         TRUE(res == out && bad == 0);
+        /* redist_execute_strided: into the interior of an array with one ghost cell on each side
+           (C-ordered, (M + 2) x (bn + 2)), then into a row-reversed view (negative stride) */
+        {
+            int64_t gw = bn + 2, st[2] = {gw, 1}, rev[2] = {-bn, 1}, same[2] = {0, 1};
+            double *ghosted = malloc((M + 2) * gw * sizeof(double)), *flip = malloc((M * bn + 1) * sizeof(double));
+            for (int64_t k = 0; k < (M + 2) * gw; k++)
+                ghosted[k] = -1.0;
+            EXPECT(redist_execute_strided(hs, NULL, ghosted + gw + 1, st, &res), REDIST_SUCCESS, NULL);
+            bad = 0;
+            for (int64_t i = 0; i < M + 2; i++)
+                for (int64_t j = 0; j < gw; j++) {
+                    int inside = i >= 1 && i <= M && j >= 1 && j <= bn;
+                    bad += ghosted[i * gw + j] != (inside ? val(i - 1, olo[1] + j - 1, 0.0) : -1.0);
+                }
+            TRUE(res == ghosted + gw + 1 && bad == 0);
+            EXPECT(redist_execute_strided(hs, NULL, flip + (M - 1) * bn, rev, &res), REDIST_SUCCESS, NULL);
+            bad = 0;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < bn; j++)
+                    bad += flip[(M - 1 - i) * bn + j] != val(i, olo[1] + j, 0.0);
+            TRUE(bad == 0);
+            /* NULL strides: dense, as redist_execute */
+            EXPECT(redist_execute_strided(hs, NULL, out, NULL, &res), REDIST_SUCCESS, NULL);
+            /* strides that put two elements at one address, on the last rank only: every rank fails */
+            EXPECT(redist_execute_strided(hs, NULL, rank == nranks - 1 ? flip : out, rank == nranks - 1 ? same : NULL,
+                                          &res),
+                   REDIST_ERROR_INVALID_VALUE, want); /* M > 1 rows, and N >= nranks: the last box is not empty */
+            free(ghosted);
+            free(flip);
+        }
         EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
         opts.order = REDIST_ORDER_F;
         opts.result_ndim = 0;

@@ -10,11 +10,12 @@ program api_checks
   integer, parameter :: m = 7, n = 5            ! global m x n, column-major, split by rows -> by columns
   integer(c_int32_t) :: rank, nranks
   integer :: nchecks = 0, nfail = 0
-  integer(c_int64_t) :: r0, r1, c0, c1, i, j
+  integer(c_int64_t) :: r0, r1, c0, c1, hc0, hc1, i, j
   type(redist_t) :: h, hs
   type(redist_options_t) :: opts
   type(c_ptr) :: res
-  real(c_double), allocatable, target :: a(:,:), pad(:,:)
+  real(c_double), allocatable, target :: a(:,:), pad(:,:), ghosted(:,:)
+  integer :: bad
   real(c_double), pointer :: b(:,:)
   character(len=64) :: version, want
   integer(c_int64_t), parameter :: one = 1_c_int64_t, eight = 8_c_int64_t
@@ -81,6 +82,21 @@ program api_checks
   call expect(redist_plan(hs, c_null_ptr), REDIST_SUCCESS, "", "plan options")
   call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute options")
   call check_columns(res, "host method pack")
+  ! redist_execute_strided: straight into the interior of an array with one ghost cell per side
+  allocate(ghosted(0:m + 1, c0 - 1:c1 + 1))
+  ghosted = -1.0_c_double
+  call expect(redist_execute_strided(hs, c_null_ptr, c_loc(ghosted(1, c0)), [one, int(m + 2, c_int64_t)], res), &
+              REDIST_SUCCESS, "", "execute_strided into a ghosted array")
+  call truth(all(ghosted(0, :) == -1.0_c_double) .and. all(ghosted(m + 1, :) == -1.0_c_double) .and. &
+             all(ghosted(:, c0 - 1) == -1.0_c_double) .and. all(ghosted(:, c1 + 1) == -1.0_c_double), &
+             "execute_strided: ghost cells untouched")
+  bad = 0
+  do j = c0, c1
+    do i = 1, m
+      if (ghosted(i, j) /= value(i, j)) bad = bad + 1
+    end do
+  end do
+  call truth(bad == 0, "execute_strided: interior")
   call expect(redist_free(hs), REDIST_SUCCESS, "", "free options")
   ! a permuted result named Fortran's way: dimension 1 fastest, then 2 (the usual layout)
   call redist_options_result_order_f(opts, [1, 2])
@@ -92,7 +108,26 @@ program api_checks
   call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute result_order")
   call check_columns(res, "result_order (1, 2)")
   call expect(redist_free(hs), REDIST_SUCCESS, "", "free result_order")
+  ! a permuted transpose: dimension 2 fastest, so each row of the result is contiguous
+  call redist_options_result_order_f(opts, [2, 1])
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_SUCCESS, "", "create_f transposed")
+  call expect(redist_plan(hs, c_null_ptr), REDIST_SUCCESS, "", "plan transposed")
+  call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute transposed")
+  call check_rows_of_columns(res, c0, c1, "result_order (2, 1): rows contiguous")
+  call expect(redist_free(hs), REDIST_SUCCESS, "", "free transposed")
   opts%result_ndim = 0
+  ! halos: each rank's columns grown by one on each side (clipped), boxes overlap: allow_overlap
+  opts%allow_overlap = 1
+  hc0 = merge(max(one, c0 - 1), c0, c1 >= c0)
+  hc1 = merge(min(int(n, c_int64_t), c1 + 1), c1, c1 >= c0)
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, hc0], [int(m, c_int64_t), hc1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_SUCCESS, "", "create_f halo")
+  call expect(redist_plan(hs, c_null_ptr), REDIST_SUCCESS, "", "plan halo")
+  call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute halo")
+  call check_block(res, hc0, hc1, "halo columns (allow_overlap)")
+  call expect(redist_free(hs), REDIST_SUCCESS, "", "free halo")
+  opts%allow_overlap = 0
   if (rank == nranks - 1) opts%struct_size = opts%struct_size - 4
   write (want, '(a,i0)') "rank ", nranks - 1
   call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
@@ -140,19 +175,44 @@ contains
   subroutine check_columns(ptr, what)   ! the result: all m rows of columns c0..c1, column-major
     type(c_ptr), intent(in) :: ptr
     character(len=*), intent(in) :: what
+    call check_block(ptr, c0, c1, what)
+  end subroutine check_columns
+
+  subroutine check_block(ptr, k0, k1, what)   ! all m rows of columns k0..k1, column-major
+    type(c_ptr), intent(in) :: ptr
+    integer(c_int64_t), intent(in) :: k0, k1
+    character(len=*), intent(in) :: what
     integer :: bad
     integer(c_int64_t) :: ii, jj
     bad = 0
-    if (c1 >= c0) then
-      call c_f_pointer(ptr, b, [int(m, c_int64_t), c1 - c0 + 1])
-      do jj = c0, c1
+    if (k1 >= k0) then
+      call c_f_pointer(ptr, b, [int(m, c_int64_t), k1 - k0 + 1])
+      do jj = k0, k1
         do ii = 1, m
-          if (b(ii, jj - c0 + 1) /= value(ii, jj)) bad = bad + 1
+          if (b(ii, jj - k0 + 1) /= value(ii, jj)) bad = bad + 1
         end do
       end do
     end if
     call truth(bad == 0, what)
-  end subroutine check_columns
+  end subroutine check_block
+
+  subroutine check_rows_of_columns(ptr, k0, k1, what)   ! columns k0..k1 of all m rows, row-major
+    type(c_ptr), intent(in) :: ptr
+    integer(c_int64_t), intent(in) :: k0, k1
+    character(len=*), intent(in) :: what
+    integer :: bad
+    integer(c_int64_t) :: ii, jj
+    bad = 0
+    if (k1 >= k0) then
+      call c_f_pointer(ptr, b, [k1 - k0 + 1, int(m, c_int64_t)])
+      do ii = 1, m
+        do jj = k0, k1
+          if (b(jj - k0 + 1, ii) /= value(ii, jj)) bad = bad + 1
+        end do
+      end do
+    end if
+    call truth(bad == 0, what)
+  end subroutine check_rows_of_columns
 
   subroutine truth(cond, what)
     logical, intent(in) :: cond

@@ -150,6 +150,10 @@ int main(int argc, char **argv)
             o.result_ndim = 3;
             o.result_order[0] = 2, o.result_order[1] = 1, o.result_order[2] = 0;
         }
+        if (strcmp(name, "create_ex_allow_overlap_garbage_last") == 0 && last())
+            o.allow_overlap = 5;
+        if (strcmp(name, "create_ex_allow_overlap_differs_last") == 0 && last())
+            o.allow_overlap = 1;
         if (strcmp(name, "create_ex_transport_garbage_last") == 0 && last())
             o.transport = 11;
         if (strcmp(name, "create_ex_signal_last") == 0 && last())

@@ -40,6 +40,8 @@ CASES = {
     "create_ex_v1_struct_ok": (OK, None, "ok"),
     "create_ex_result_order_last": (IV, rf"{LAST}: options->result_order \[0, 0\] is not a permutation", None),
     "create_ex_result_ndim_last": (IV, rf"{LAST}: options->result_ndim is 3 but ndim is 2", None),
+    "create_ex_allow_overlap_garbage_last": (IV, rf"{LAST}: options->allow_overlap must be 0 or 1, got 5", None),
+    "create_ex_allow_overlap_differs_last": (IV, r"inconsistent options across ranks.*allow_overlap", None),
     "create_ex_transport_garbage_last": (IV, rf"{LAST}: options->transport must be", None),
     "create_ex_signal_last": (IV, rf"{LAST}: options->signal must be a redist_signal_t", None),
     "create_ex_null_options_ok": (OK, None, "ok"),

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.cabi]
 
 API = [
     "redist_initialize", "redist_finalize", "redist_comm_rank", "redist_create", "redist_create_ex", "redist_plan",
-    "redist_execute",
+    "redist_execute", "redist_execute_strided",
     "redist_reset_operand", "redist_reset_operand_unchecked", "redist_release_operand", "redist_free",
     "redist_graph", "redist_get_error_string", "redist_get_last_error", "redist_version",
 ]
@@ -124,6 +124,20 @@ def test_heat_loop_minimal_environment(programs):
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
     res = run([programs("heat_loop"), 6, 5, 4, 5], env=env)
     assert res.returncode == 0 and "rank 0/1: OK" in res.stdout, res.stdout + res.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_halo_and_permuted_transpose(programs, nprocs):
+    """allow_overlap halos (Jacobi steps in place) and a result_order {1, 0} transpose, every element checked."""
+    res = mpi(nprocs, programs("halo_transpose"))
+    assert_all_ranks_ok(res, nprocs)
+
+
+@pytest.mark.mpi
+def test_halo_and_permuted_transpose_empty_boxes(programs):
+    res = mpi(4, programs("halo_transpose"), 3, 5, 4)  # 3 rows on 4 ranks: rank 3 holds nothing
+    assert_all_ranks_ok(res, 4)
 
 
 @pytest.mark.mpi

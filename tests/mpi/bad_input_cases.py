@@ -328,6 +328,72 @@ def device_memory_without_gpu(env):
                  Slab.X, Slab.Y)
 
 
+# --- allow_overlap: replication, allgather, halos -----------------------------------------------
+
+OVERLAP = {"allow_overlap": True}
+FULL = ((0, 0, 0), SHAPE)
+
+
+@case(OK)
+def overlap_allgather_and_halo_work(env):
+    a, g = operand(env)
+    with Redistribute(a, Slab.X, FULL, options=OVERLAP) as r:  # every rank gets the global array
+        r.plan()
+        env.check(same_bits(r.execute(), g), "allgather: wrong data")
+    box = Slab.Y.box(env.rank, SHAPE, nranks=env.P)
+    halo = ((box.lower[0], max(0, box.lower[1] - 1), 0), (SHAPE[0], min(SHAPE[1], box.upper[1] + 1), SHAPE[2]))
+    with Redistribute(a, Slab.X, halo, options=OVERLAP) as r:
+        r.plan()
+        ghosted = np.zeros((SHAPE[0] + 2, halo[1][1] - halo[0][1] + 2, SHAPE[2] + 2))
+        inner = ghosted[1:-1, 1:-1, 1:-1]  # the halo-grown box written into a ghosted array
+        r.execute(out=inner)
+        env.check(same_bits(inner, g[sl(halo)]), "halo into a ghosted array: wrong data")
+        env.check(not ghosted[0].any() and not ghosted[-1].any(), "halo: ghost layer written")
+
+
+@case(OK)
+def overlap_replicated_input_works(env):
+    g = global_values(SHAPE, np.float64)
+    with Redistribute(g.copy(), FULL, Slab.Y, options=OVERLAP) as r:  # every rank holds the whole array
+        r.plan()
+        right(env, r.execute(), g, "replicated input")
+
+
+@case((E.InvalidValueError, r"rank {last} output box .* is not covered by the input boxes .*element \(8, \d+, \d+\) "
+                            r"is held by no input box"))
+def overlap_output_outside_last(env):
+    a, _ = operand(env)
+    out = ((0, 0, 0), (SHAPE[0] + 1,) + SHAPE[1:]) if env.is_last() else FULL
+    Redistribute(a, Slab.X, out, options=OVERLAP)
+
+
+@case((E.InvalidValueError, r"the output boxes do not tile the global array exactly: rank 0 box .* overlaps rank 1 box"))
+def overlap_without_the_option(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X, FULL)
+
+
+@case((E.NotSupportedError, r"rank {last} input box .* overlaps rank 0 input box .* is not a box"))
+def overlap_input_with_a_hole_last(env):
+    g = global_values(SHAPE, np.float64)
+    box = Slab.X.box(env.rank, SHAPE, nranks=env.P)
+    if env.rank == 0:  # a notch in the middle of axis 1: what the last rank is the source of has a hole
+        box = redist.Box((0, 1, 0), (box.upper[0], 5, SHAPE[2]))
+    elif env.is_last():
+        box = redist.Box(*FULL)
+    Redistribute(np.ascontiguousarray(g[sl(box)]), box, Slab.Y, options=OVERLAP)
+
+
+@case((E.InvalidValueError, r"inconsistent options across ranks.*allow_overlap"))
+def overlap_option_differs_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"allow_overlap": env.is_last()})
+
+
+@case((E.InvalidTypeError, r"rank {last}: allow_overlap must be True or False, got 'yes'"))
+def overlap_option_bad_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"allow_overlap": "yes"} if env.is_last() else None)
+
+
 # --- construction: options and streams ----------------------------------------------------------
 
 

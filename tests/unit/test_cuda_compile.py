@@ -328,6 +328,21 @@ def test_emulate_permuted_results():
     run_case(slab_boxes(g, 2, 0), slab_boxes(g, 2, 1), 8, order=(0, 2, 1))
 
 
+def test_emulate_overlapping_boxes():
+    """allow_overlap plans (replicas, allgather, broadcast, gather, halos) through the kernels."""
+    from helpers import overlap_boxes
+
+    rng = np.random.default_rng(23)
+    for case in range(30):
+        gshape = tuple(int(x) for x in rng.integers(1, 7, int(rng.integers(1, 5))))
+        p = int(rng.integers(1, 5))
+        label, ib, ob = overlap_boxes(gshape, p, rng)
+        itemsize = int(rng.choice([1, 4, 8, 16, 12]))
+        order = ["C", "F"][case % 2]
+        lls = run_case(ib, ob, itemsize, transport=["push", "put", "auto"][case % 3], order=order, seed=case)
+        assert all(ll.nranks == p for ll in lls), label
+
+
 def test_emulate_strided_inputs_and_alignment():
     rng = np.random.default_rng(3)
     g = (6, 10, 8)

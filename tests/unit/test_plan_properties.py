@@ -431,3 +431,82 @@ def test_cover_problem_on_random_decompositions(data):
         msg = geo.cover_problem(dup, glob)
         lo, hi = min(i, j), max(i, j)
         assert msg is not None and f"rank {lo} box" in msg and f"overlaps rank {hi} box" in msg
+
+
+# --- overlapping boxes (allow_overlap): replication, allgather, broadcast, gather, halos -------
+
+
+def _tagged(gv: np.ndarray, rank: int) -> np.ndarray:
+    """The global array as rank ``rank`` holds it: first byte of every element xor a rank tag."""
+    raw = np.ascontiguousarray(gv).view(np.uint8).reshape(gv.shape + (gv.dtype.itemsize,)).copy()
+    raw[..., 0] ^= np.uint8(0x11 * (rank + 1))
+    return raw.view(gv.dtype)[..., 0]
+
+
+@settings(max_examples=400, **SETTINGS)
+@given(pb=problems(), seed=st.integers(0, 2**32 - 1))
+def test_overlapping_boxes_take_each_element_from_the_lowest_rank(pb, seed):
+    """Outputs may overlap and need not cover; inputs may be replicated: every element of every
+    output box comes from the lowest rank holding it (ranks' replicas differ here, so a wrong
+    source shows), direct and staged, in any output order."""
+    from helpers import overlap_boxes
+
+    dtype, k, gshape, nranks = pb["dtype"], pb["dtype"].itemsize, pb["gshape"], pb["nranks"]
+    label, in_boxes, out_boxes = overlap_boxes(gshape, nranks, np.random.default_rng(seed))
+    gv = void(global_array(gshape, dtype))
+    held = [_tagged(gv, r) for r in range(nranks)]
+    source = np.full(gshape, -1)
+    for r in reversed(range(nranks)):
+        source[box_slices(in_boxes[r])] = r
+    lays = pb["layouts"]
+    inputs = [make_operand(held[r], b, lays[r], dtype) for r, b in enumerate(in_boxes)]
+    in_strides = [tuple(s // k for s in a.strides) for a in inputs]
+    plans = [make_plan(r, in_boxes, out_boxes, itemsize=k, in_strides=in_strides, out_order=pb["out_order"])
+             for r in range(nranks)]
+    # every output element is received exactly once; a rank sends each element to each receiver once
+    for d, p in enumerate(plans):
+        got = sum(t.elements for t in ((p.local,) if p.local else ()) + p.recvs)
+        assert got == geo.volume(out_boxes[d]), label
+    for mode in ("direct", "staged"):
+        outs = execute_reference(plans, inputs, mode=mode)
+        for r, (o, box) in enumerate(zip(outs, out_boxes)):
+            src = source[box_slices(box)]
+            assert (src >= 0).all(), label
+            want = np.empty(geo.box_shape(box), gv.dtype)
+            for q in np.unique(src):
+                want[src == q] = held[q][box_slices(box)][src == q]
+            assert np.ascontiguousarray(void(o)).tobytes() == np.ascontiguousarray(want).tobytes(), (
+                f"{mode}: rank {r} {label}")
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(gshape=global_shapes(), nranks=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+def test_ownership_partitions_the_union_of_the_boxes(gshape, nranks, seed):
+    """Owned parts are disjoint, inside their boxes, and cover exactly what the boxes cover; a
+    rank owns an element iff no lower rank's box holds it."""
+    from helpers import overlap_boxes
+
+    _, boxes, _ = overlap_boxes(gshape, nranks, np.random.default_rng(seed))
+    owned, cut = geo.ownership(boxes)
+    assert cut is None
+    first = np.full(gshape, -1)
+    for r in reversed(range(nranks)):
+        first[box_slices(boxes[r])] = r
+    mine = np.full(gshape, -1)
+    for r, b in enumerate(owned):
+        assert geo.contains(boxes[r], b)
+        assert (mine[box_slices(b)] == -1).all()
+        mine[box_slices(b)] = r
+    assert (mine == first).all()
+
+
+def test_ownership_reports_a_part_that_is_not_a_box():
+    # rank 1's box has a hole where rank 0's sits: its own part is a frame, not a box
+    owned, cut = geo.ownership([((1, 1), (2, 2)), ((0, 0), (4, 4))])
+    assert cut == (1, 0)
+    # the reverse order is fine: rank 1 is the source of nothing
+    owned, cut = geo.ownership([((0, 0), (4, 4)), ((1, 1), (2, 2))])
+    assert cut is None and geo.is_empty(owned[1])
+    # a notch cut by two lower boxes that together leave a box
+    owned, cut = geo.ownership([((0,), (4,)), ((6,), (10,)), ((0,), (8,))])
+    assert cut is None and owned[2] == ((4,), (6,))

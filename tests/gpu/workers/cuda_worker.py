@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from helpers import (  # noqa: E402
-    expected_bytes, global_bytes, operand_bytes, pencil_boxes, random_boxes, slab_boxes, strided_operand)
+    expected_bytes, global_bytes, operand_bytes, overlap_boxes, pencil_boxes, random_boxes, slab_boxes, strided_operand)
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -144,6 +144,24 @@ def engine_cases():
     cases.append(
         dict(name="reversed-put", g=g3, ib=slab(g3, 0), ob=slab(g3, 2), it=4, t="put", reversed=True)
     )
+    # permuted results: the kernels write the transposed layout directly
+    cases.append(dict(name="permuted-021", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=8, t="auto", order=(0, 2, 1)))
+    cases.append(dict(name="permuted-201-put", g=g3, ib=slab(g3, 1), ob=slab(g3, 0), it=4, t="put", order=(2, 0, 1)))
+    cases.append(dict(name="pencils-permuted", g=g3, ib=pencils(g3, 0, 1), ob=pencils(g3, 1, 2), it=8, t="auto",
+                      order=(1, 0, 2)))
+    # overlapping boxes (allow_overlap): allgather, halos, replicated input, random mixes
+    full = ((0, 0, 0), g3)
+    cases.append(dict(name="allgather", g=g3, ib=slab(g3, 0), ob=[full] * P, it=8, t="auto"))
+    cases.append(dict(name="allgather-put", g=g3, ib=slab(g3, 1), ob=[full] * P, it=4, t="put"))
+    halo = [((lo[0], max(0, lo[1] - 1), lo[2]), (hi[0], min(g3[1], hi[1] + 1), hi[2])) if lo[1] < hi[1] else (lo, hi)
+            for lo, hi in slab(g3, 1)]
+    cases.append(dict(name="halo", g=g3, ib=slab(g3, 0), ob=halo, it=8, t="auto"))
+    cases.append(dict(name="replicated", g=g3, ib=[full] * P, ob=slab(g3, 2), it=8, t="auto"))
+    for k in range(4):
+        g = tuple(int(x) for x in rng.integers(2, 8, int(rng.integers(1, 5))))
+        label, ib, ob = overlap_boxes(g, P, rng)
+        cases.append(dict(name=f"overlap{k} {label}", g=g, ib=ib, ob=ob, it=int(rng.choice([1, 4, 8, 16])),
+                          t=["auto", "put"][k % 2], order="CF"[k % 2]))
     cases.append(dict(name="misaligned", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=16, t="auto", offset=4))
     cases.append(dict(name="misaligned-put", g=g3, ib=slab(g3, 0), ob=slab(g3, 1), it=8, t="put", offset=2))
     return cases
@@ -393,6 +411,33 @@ def run_api(fails: Fails):
                     cp.cuda.get_current_stream().synchronize()
                     check(f"signal {signal} {transport}", cp.asnumpy(res), glob[osl])
 
+    def permuted_and_overlap():
+        """result_layout as a permutation, allow_overlap (allgather, halo, replicated input), cupy operands."""
+        a = cp.asarray(glob[isl])
+        with redist.Redistribute(a, Slab.X, Slab.Y, options={"result_layout": (0, 2, 1)}) as r:
+            r.plan()
+            res = r.execute()
+            cp.cuda.get_current_stream().synchronize()
+            check("permuted (0, 2, 1)", cp.asnumpy(res), glob[osl])
+            assert res.strides[1] == res.itemsize, f"axis 1 not contiguous: strides {res.strides}"
+        whole = redist.Box((0, 0, 0), g)
+        halo = redist.Box((0, max(0, obox.lower[1] - 1), 0), (g[0], min(g[1], obox.upper[1] + 1), g[2]))
+        if obox.lower[1] == obox.upper[1]:
+            halo = obox
+        hsl = tuple(slice(lo, hi) for lo, hi in zip(halo.lower, halo.upper))
+        for name, src, din, dout, want in (
+            ("allgather", a, Slab.X, whole, glob),
+            ("halo", a, Slab.X, halo, glob[hsl]),
+            ("replicated input", cp.asarray(glob), whole, Slab.Y, glob[osl]),
+        ):
+            for transport in ("auto", "put"):
+                with redist.Redistribute(src, din, dout, options={"allow_overlap": True, "transport": transport}) as r:
+                    r.plan()
+                    for _ in range(2):
+                        res = r.execute()
+                    cp.cuda.get_current_stream().synchronize()
+                    check(f"{name} {transport}", cp.asnumpy(res), want)
+
     def torch_basic():
         for dtype in (torch.float32, torch.bfloat16, torch.complex128):
             a = torch.as_tensor(glob[isl], device=f"cuda:{dev}").to(dtype)
@@ -547,6 +592,7 @@ def run_api(fails: Fails):
         step("wrong device", wrong_device)
         step("cupy", cupy_basic)
         step("signals", signals)
+        step("permuted and overlap", permuted_and_overlap)
         step("torch", torch_basic)
         step("host on GPU", host_on_gpu)
         step("raw and streams", raw_and_streams)

@@ -110,6 +110,13 @@ def matrix(seed):
                  f"permuted result {perm} {shape} #{k}", {"result_layout": perm, "host_method": methods[k % len(methods)]})
     run_case((6, 5, 4), np.complex64, Slab(0), Slab(1), "C", "pencil transpose, axis 1 contiguous",
              {"result_layout": (0, 2, 1)})
+    # allow_overlap: replicated inputs, allgather, broadcast, gather, halos; every host method, 1-D .. 4-D
+    for k in range(12):
+        nd = 1 + k % 4
+        shape = tuple(int(v) for v in rng.integers(1, 7, nd))
+        label, ib, ob = helpers.overlap_boxes(shape, P, rng)
+        run_case(shape, dtypes[k % len(dtypes)], Box(*ib[rank]), Box(*ob[rank]), "CFP"[k % 3],
+                 f"overlap {label} {shape} #{k}", {"allow_overlap": True, "host_method": methods[k % len(methods)]})
     # random boxes, uneven and empty ranks, 2-D .. 4-D
     for k in range(12):
         nd = 2 + k % 3
