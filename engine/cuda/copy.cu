@@ -57,8 +57,10 @@ struct Seg {
     u32 ext_shr[REDIST_MAXD];
     i64 sstride[REDIST_MAXD];   // byte strides, source side
     i64 dstride[REDIST_MAXD];   // byte strides, destination side
+    u32 tile_a;                 // transposing segment: the dimension contiguous on the source side; ~0: none
+    u32 tile_pad;
 };
-static_assert(sizeof(Seg) == 320, "Seg layout must match engine/cuda/kernels.py SEG_DTYPE");
+static_assert(sizeof(Seg) == 328, "Seg layout must match engine/cuda/kernels.py SEG_DTYPE");
 
 template <int V> struct VecT;
 template <> struct VecT<1> { typedef unsigned char T; };
@@ -101,6 +103,59 @@ __device__ __forceinline__ int redist_find_segment(const Seg* __restrict__ table
     return lo;
 }
 
+// tile edge: 64 elements (runs of 64 elements per row on both sides), 32 for 16-byte elements
+// (a 64 x 65 tile of them would pass the 48 KiB of static shared memory)
+template <int V> struct TileEdge { static constexpr u32 value = V >= 16 ? 32 : 64; };
+
+// A transposing segment (one-element rows of V bytes; the innermost dimension contiguous on the
+// destination side, dimension tile_a on the source side): square tiles through shared memory,
+// read along tile_a and written along the innermost dimension, so both sides are coalesced. The
+// block's 256 threads are TILE x (256 / TILE); tiles are dealt to the segment's blocks round-robin.
+template <int V, int NOUT>
+__device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, u32 b, u64 src0, u64 dst0) {
+    typedef typename VecT<V>::T T;
+    constexpr u32 REDIST_TILE = TileEdge<V>::value;
+    __shared__ T tile[REDIST_TILE][REDIST_TILE + 1];
+    const int ka = (int)sg->tile_a, kb = REDIST_MAXD - 1;
+    const u32 na = sg->ext[ka], nb = sg->ext[kb];
+    // tile indices stay below 2^31 (so do the segment's units), so 32-bit magic divisions serve
+    const u32 ta = (na + REDIST_TILE - 1) / REDIST_TILE, tb = (nb + REDIST_TILE - 1) / REDIST_TILE;
+    u32 ntiles = ta * tb;
+#pragma unroll
+    for (int k = REDIST_MAXD - NOUT; k < REDIST_MAXD - 1; ++k)
+        if (k != ka) ntiles *= sg->ext[k];
+    const i64 sa = sg->sstride[ka], sb = sg->sstride[kb], da = sg->dstride[ka], db = sg->dstride[kb];
+    const u32 tx = threadIdx.x % REDIST_TILE, ty = threadIdx.x / REDIST_TILE;
+    for (u32 t = b - sg->blk_begin; t < ntiles; t += sg->blk_count) {
+        u32 r = t / tb;
+        const u32 jb = t - r * tb;
+        const u32 q = r / ta;
+        const u32 ja = r - q * ta;
+        r = q;
+        i64 so = 0, dso = 0;
+#pragma unroll
+        for (int k = REDIST_MAXD - 2; k >= REDIST_MAXD - NOUT; --k) {
+            if (k == ka) continue;
+            const u32 qk = redist_fdiv(r, sg->ext_mul[k], sg->ext_shr[k]);
+            const u32 idx = r - qk * sg->ext[k];
+            r = qk;
+            so += (i64)idx * sg->sstride[k];
+            dso += (i64)idx * sg->dstride[k];
+        }
+        const u32 a0 = ja * REDIST_TILE, b0 = jb * REDIST_TILE;
+        for (u32 i = ty; i < REDIST_TILE; i += REDIST_BLOCK / REDIST_TILE) {  // read: a varies across the warp
+            const u32 ai = a0 + tx, bi = b0 + i;
+            if (ai < na && bi < nb) tile[i][tx] = *reinterpret_cast<const T*>(src0 + so + (i64)ai * sa + (i64)bi * sb);
+        }
+        __syncthreads();
+        for (u32 i = ty; i < REDIST_TILE; i += REDIST_BLOCK / REDIST_TILE) {  // write: b varies across the warp
+            const u32 ai = a0 + i, bi = b0 + tx;
+            if (ai < na && bi < nb) *reinterpret_cast<T*>(dst0 + dso + (i64)ai * da + (i64)bi * db) = tile[tx][i];
+        }
+        __syncthreads();
+    }
+}
+
 // One block's share of one segment: rows of the segment, grid-stride over the segment's blocks.
 template <int V, int LOGV, u32 RUN_BYTES, int NOUT>
 __device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, u32 b, const char* in_base,
@@ -108,6 +163,12 @@ __device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, 
     typedef typename VecT<V>::T T;
     const u64 src0 = sg->src + ((u64)in_base & sg->src_mask);
     const u64 dst0 = sg->dst + ((u64)out_delta & sg->dst_mask);
+    if constexpr (NOUT >= 2) {
+        if (sg->tile_a != REDIST_NONE && sg->row_bytes == V) {  // the same for the whole block
+            redist_tile_segment<V, NOUT>(sg, b, src0, dst0);
+            return;
+        }
+    }
     const u64 units = sg->bytes >> LOGV;
     u32 ru, rmul = 0, rshr = 0;
     if (RUN_BYTES != 0) {

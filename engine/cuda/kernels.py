@@ -34,6 +34,9 @@ __all__ = [
     "MAXD",
     "SEG_DTYPE",
     "SEG_LIMIT",
+    "tile_edge",
+    "tile_axis",
+    "tile_count",
     "VEC_WIDTHS",
     "compile_family",
     "emulate",
@@ -70,9 +73,14 @@ SEG_DTYPE = np.dtype(
         ("ext_shr", "<u4", (MAXD,)),
         ("sstride", "<i8", (MAXD,)),
         ("dstride", "<i8", (MAXD,)),
+        ("tile_a", "<u4"),
+        ("tile_pad", "<u4"),
     ]
 )
-assert SEG_DTYPE.itemsize == 320, SEG_DTYPE.itemsize  # static_assert(sizeof(Seg) == 320) in copy.cu
+assert SEG_DTYPE.itemsize == 328, SEG_DTYPE.itemsize  # static_assert(sizeof(Seg) == 328) in copy.cu
+def tile_edge(row_bytes: int) -> int:
+    """Edge of the square tiles of a transposing segment of ``row_bytes`` elements (TileEdge in copy.cu)."""
+    return 32 if row_bytes >= 16 else 64
 
 ALL_ONES = (1 << 64) - 1
 
@@ -197,6 +205,8 @@ def pack_table(rows: list[dict[str, Any]]) -> np.ndarray:
         if n > MAXD:
             raise ValueError(f"segment has {n} outer dimensions, at most {MAXD} supported")
         t["peer"] = r.get("peer", NO_PEER)
+        ta = r.get("tile_a")
+        t["tile_a"] = NO_PEER if ta is None else MAXD - n + ta
         t["blk_begin"] = r["blk_begin"]
         t["blk_count"] = r["blk_count"]
         for lv in range(5):
@@ -212,6 +222,64 @@ def pack_table(rows: list[dict[str, Any]]) -> np.ndarray:
             t["sstride"][k] = ss[k]
             t["dstride"][k] = ds[k]
     return tab
+
+
+def tile_axis(row_bytes: int, outer, sstride, dstride) -> int | None:
+    """The outer dimension a segment is transposed over, or None (copied row by row).
+
+    A segment of one-element rows (``row_bytes`` a vector width) whose innermost outer dimension
+    is contiguous on the destination side while another one is contiguous on the source side is a
+    transpose: the kernel moves it through shared-memory tiles (square, :func:`tile_edge`; both sides
+    coalesced) when its vector width equals ``row_bytes``. Returns that other dimension's index
+    (outermost = 0); both dimensions must have at least 2 elements.
+    """
+    n = len(outer)
+    if n < 2 or row_bytes not in VEC_WIDTHS or dstride[-1] != row_bytes or sstride[-1] == row_bytes or outer[-1] < 2:
+        return None
+    for k in range(n - 2, -1, -1):
+        if sstride[k] == row_bytes and outer[k] >= 2:
+            return k
+    return None
+
+
+def tile_count(outer, ta: int, row_bytes: int) -> int:
+    """Tiles of a transposing segment: squares over dimension ``ta`` and the innermost, times
+    every index of the other dimensions."""
+    rest = math.prod(e for k, e in enumerate(outer[:-1]) if k != ta)
+    edge = tile_edge(row_bytes)
+    return rest * ceil_div(outer[ta], edge) * ceil_div(outer[-1], edge)
+
+
+def _emulate_tiles(sg, b0: int, nb: int, nout: int, src0: int, dst0: int, vec: int) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) addresses of a transposing segment, tile by tile as copy.cu's redist_tile_segment walks it."""
+    ka, kb = int(sg["tile_a"]), MAXD - 1
+    na, nb_ = int(sg["ext"][ka]), int(sg["ext"][kb])
+    TILE = tile_edge(vec)
+    ta, tb = ceil_div(na, TILE), ceil_div(nb_, TILE)
+    others = [k for k in range(MAXD - nout, MAXD - 1) if k != ka]
+    ntiles = math.prod(int(sg["ext"][k]) for k in others) * ta * tb
+    seen = np.zeros(ntiles, np.int64)
+    for blk in range(nb):  # each block takes tiles blk, blk + nb, ...
+        seen[blk::nb] += 1
+    assert (seen == 1).all(), "a tile is walked by no block or by two"
+    t = np.arange(ntiles, dtype=np.int64)
+    jb, r = t % tb, t // tb
+    ja, r = r % ta, r // ta
+    so = np.zeros(ntiles, np.int64)
+    do = np.zeros(ntiles, np.int64)
+    for k in reversed(others):
+        e = int(sg["ext"][k])
+        idx, r = r % e, r // e
+        so += idx * int(sg["sstride"][k])
+        do += idx * int(sg["dstride"][k])
+    assert (r == 0).all()
+    i = np.arange(TILE, dtype=np.int64)
+    a = ja[:, None, None] * TILE + i[None, :, None]  # [tile, a within, b within]
+    b = jb[:, None, None] * TILE + i[None, None, :]
+    ok = (a < na) & (b < nb_)
+    src = src0 + so[:, None, None] + a * int(sg["sstride"][ka]) + b * int(sg["sstride"][kb])
+    dst = dst0 + do[:, None, None] + a * int(sg["dstride"][ka]) + b * int(sg["dstride"][kb])
+    return src[ok].astype(np.uint64), dst[ok].astype(np.uint64)
 
 
 def _fdiv(n: np.ndarray, mul: int, shr: int) -> np.ndarray:
@@ -257,6 +325,11 @@ def emulate(
         units = nbytes >> lv
         assert units < (1 << 31)
         if units == 0:
+            continue
+        if nout >= 2 and int(sg["tile_a"]) != NO_PEER and int(sg["row_bytes"]) == vec:
+            src, dst = _emulate_tiles(sg, b0, nb, nout, src0, dst0, vec)
+            assert len(src) == units, "the tiles do not cover the segment"
+            store(dst, load(src, vec))
             continue
         g = np.arange(units, dtype=np.uint64)
         rb = int(sg["row_bytes"])

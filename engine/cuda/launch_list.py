@@ -73,6 +73,7 @@ class Segment:
     outer: tuple[int, ...]
     sstride: tuple[int, ...]
     dstride: tuple[int, ...]
+    tile_a: int | None = None  # a transpose: the outer dimension contiguous on the source side
 
     @property
     def nouter(self) -> int:
@@ -213,6 +214,8 @@ class LaunchList:
                     f"    {s.role:6s} peer {s.peer}: {s.nbytes} B, rows of {s.row_bytes} B, outer {s.outer}, "
                     f"src {s.src_space}@{s.src_offset} {s.sstride}, dst {s.dst_space}[{s.dst_rank}]@{s.dst_offset} "
                     f"{s.dstride}, {b} block(s)"
+                    + (f", transposed in tiles of {K.tile_edge(s.row_bytes)}² over outer dimension {s.tile_a}"
+                       if s.tile_a is not None else "")
                 )
         return "\n".join(lines)
 
@@ -322,7 +325,14 @@ def _segments(
             f"a {role} copy of rank {peer if role == 'unpack' else dst_rank} has {seg.nouter + 1} dimensions that "
             f"cannot be merged (at most {K.MAXD + 1} are supported by the CUDA backend)"
         )
-    return _split(seg, limit)
+    return [replace(s, tile_a=K.tile_axis(s.row_bytes, s.outer, s.sstride, s.dstride)) for s in _split(seg, limit)]
+
+
+def _work_bytes(seg: Segment) -> int:
+    """What the block split weighs a segment by: its bytes, or for a transpose one chunk per tile."""
+    if seg.tile_a is None:
+        return seg.nbytes
+    return K.tile_count(seg.outer, seg.tile_a, seg.row_bytes) * K.BLOCK * K.ILP * 16
 
 
 def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int, *, protocol: bool = False,
@@ -338,7 +348,7 @@ def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int,
     return KernelStep(
         name=name,
         segments=tuple(segs),
-        blocks=tuple(K.blocks_for([s.nbytes for s in segs], sm_count)) if segs else (1,),
+        blocks=tuple(K.blocks_for([_work_bytes(s) for s in segs], sm_count)) if segs else (1,),
         run_bytes=run,
         nout=nout,
         vmax=vmax,
@@ -482,6 +492,7 @@ def table_rows(
                 blk_begin=b0,
                 blk_count=nb,
                 peer=K.NO_PEER if seg.role == "local" else seg.peer,
+                tile_a=seg.tile_a,
             )
         )
         b0 += nb

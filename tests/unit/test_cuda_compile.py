@@ -122,10 +122,10 @@ def test_fast_divmod():
 
 
 def test_seg_layout():
-    assert K.SEG_DTYPE.itemsize == 320
+    assert K.SEG_DTYPE.itemsize == 328
     assert K.SEG_DTYPE.fields["sstride"][1] == 192 and K.SEG_DTYPE.fields["run_mul"][1] == 56
     src = K.family_source(256, 2)
-    assert "static_assert(sizeof(Seg) == 320" in src and K.kernel_name(256, 2, 16) in src
+    assert "static_assert(sizeof(Seg) == 328" in src and K.kernel_name(256, 2, 16) in src
     assert K.family_widths(0) == (16, 8, 4, 2, 1) and K.family_widths(12) == (4, 2, 1)
 
 
@@ -326,6 +326,36 @@ def test_emulate_permuted_results():
         assert all(ll.nranks == p for ll in lls)
     g = (6, 8, 4)  # a pencil transpose with the new axis contiguous
     run_case(slab_boxes(g, 2, 0), slab_boxes(g, 2, 1), 8, order=(0, 2, 1))
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8, 16, 12])
+@pytest.mark.parametrize("transport", ["push", "put"])
+def test_emulate_tiled_transposes(itemsize, transport):
+    """Permuted results whose copies transpose: tiled through shared memory (edges that are not
+    multiples of the tile, several tiles, outer dimensions), or row by row where the vector width
+    is not the element size (12-byte elements, a misaligned operand)."""
+    def c_order(boxes):  # C-ordered operands (run_case's default is dense in the result order)
+        return [geo.dense_strides(geo.box_shape(b), "C") for b in boxes]
+
+    g = (3, 140, 75)
+    ib = slab_boxes(g, 2, 0)
+    lls = run_case(ib, slab_boxes(g, 2, 1), itemsize, transport=transport, order=(0, 2, 1), strides=c_order(ib),
+                   seed=5)
+    tiled = [s for ll in lls for k in ll.kernels for s in k.segments if s.tile_a is not None]
+    assert bool(tiled) == (itemsize in K.VEC_WIDTHS), itemsize
+    for s in tiled:  # one block per tile, as the kernel deals them
+        assert K.tile_count(s.outer, s.tile_a, s.row_bytes) > 1
+    if itemsize in (4, 8):  # a misaligned operand: narrower vectors, the row-by-row path
+        run_case(ib, slab_boxes(g, 2, 1), itemsize, transport=transport, order=(0, 2, 1), strides=c_order(ib),
+                 in_offsets=[2, 2], seed=6)
+    # 4-D with the transposed pair inside, and F order over C operands
+    ib4 = slab_boxes((4, 5, 33, 40), 3, 0)
+    run_case(ib4, slab_boxes((4, 5, 33, 40), 3, 1), itemsize, transport=transport, order=(1, 0, 3, 2),
+             strides=c_order(ib4), seed=7)
+    ib2 = slab_boxes((40, 50), 2, 0)
+    lls = run_case(ib2, slab_boxes((40, 50), 2, 1), itemsize, transport=transport, order="F", strides=c_order(ib2),
+                   seed=8)
+    assert any(s.tile_a is not None for ll in lls for k in ll.kernels for s in k.segments) == (itemsize in K.VEC_WIDTHS)
 
 
 def test_emulate_overlapping_boxes():
