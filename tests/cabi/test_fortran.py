@@ -88,6 +88,21 @@ def test_heat_loop_fortran_empty_boxes(fprograms):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_halo_and_permuted_transpose_fortran(fprograms, nprocs):
+    """allow_overlap halos written into a ghosted array (redist_execute_strided), in-place Jacobi
+    steps, then a result_order_f([2, 1]) transpose; every element checked."""
+    res = mpi(nprocs, fprograms("halo_transpose"))
+    assert_all_ranks(res, nprocs, r"rank (\d+)/\d+: OK \(Fortran\)")
+
+
+@pytest.mark.mpi
+def test_halo_and_permuted_transpose_fortran_empty_boxes(fprograms):
+    res = mpi(4, fprograms("halo_transpose"), 3, 3, 2)  # 3 columns on 4 ranks: rank 3 holds nothing
+    assert_all_ranks(res, 4, r"rank (\d+)/\d+: OK \(Fortran\)")
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 3])
 def test_fortran_wrappers_and_errors(fprograms, nprocs):
     """redist_create_f (1-based bounds, optional strides), mismatched bound arrays and a bad box on
