@@ -183,7 +183,7 @@ module redist
       integer(c_int32_t) :: status
     end function redist_execute
 
-    !> Collective: redist_execute into an `out` of any element strides (host memory), one per
+    !> Collective: redist_execute into an `out` of any element strides, one per
     !> dimension, e.g. the interior of an array with ghost cells: out_strides = [1, m + 2] for
     !> a(1:m, 1:n) inside g(0:m+1, 0:n+1). `out` is the address of the box's first element.
     function redist_execute_strided(handle, stream, out, out_strides, result) &

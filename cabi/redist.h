@@ -230,14 +230,15 @@ redist_status_t redist_plan(redist_t handle, void *stream);
 redist_status_t redist_execute(redist_t handle, void *stream, void *out, void **result);
 
 /**
- * @brief redist_execute() into an `out` of any element strides (host memory). Collective.
+ * @brief redist_execute() into an `out` of any element strides. Collective.
  *
  * Writes the output box into `out` with `out_strides[k]` elements between neighbours along axis
  * k (the axes of redist_create's boxes; any sign: `out` is the address of the box's first
  * element, index (0, ..., 0)), e.g. the interior of an array with ghost layers: the exchange
  * writes there directly. `out_strides` NULL: dense, as redist_execute(). Strides that map two
  * elements to one address are ::REDIST_ERROR_INVALID_VALUE on every process. Device memory:
- * `out` must be dense (see redist_execute()); other strides are ::REDIST_ERROR_INVALID_VALUE.
+ * `out` (its address, not its lowest byte) at the same offset of a symmetric allocation on every
+ * process, as for redist_execute(); a new stride pattern is lowered once (collectively) and kept.
  */
 redist_status_t redist_execute_strided(redist_t handle, void *stream, void *out, const int64_t *out_strides,
                                        void **result);

@@ -258,6 +258,26 @@ class Plan:
         recvs = tuple(replace(t, unpack=again(t).unpack) for t in self.recvs)
         return replace(self, out_strides=out_strides, local=local, recvs=recvs)
 
+    def out_strides_of(self, rank: int) -> tuple[int, ...]:
+        """Rank ``rank``'s planned (dense, ``out_order``) result strides."""
+        return geo.dense_strides(geo.box_shape(self.out_boxes[rank]), self.out_order)
+
+    def retarget_all(self, out_strides: Sequence[Sequence[int]]) -> Plan:
+        """This plan with every rank's output at its element strides ``out_strides[r]``.
+
+        What :meth:`retarget` does for this rank's writes, plus the direct copies of its sends
+        (what a peer-writing backend stores into each destination, with that destination's strides).
+        """
+        mine = self.retarget(out_strides[self.rank])
+        perm = order_perm(self.out_order, self.ndim)
+        lower = self.in_boxes[self.rank][0]
+        sends = tuple(
+            replace(t, direct=_transfer(t.src, t.dst, t.box, self.itemsize, perm, lower, self.in_strides,
+                                        self.out_boxes[t.dst][0], tuple(int(v) for v in out_strides[t.dst])).direct)
+            for t in mine.sends
+        )
+        return replace(mine, sends=sends)
+
     @property
     def send_bytes(self) -> dict[int, int]:
         """Payload bytes per destination peer (remote only)."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from .buffer import byte_extent
 from .plan import Plan
 from .strided import HostBuffer, copy_host
 
@@ -21,9 +22,11 @@ __all__ = ["execute_reference", "empty_output"]
 
 
 def empty_output(plan: Plan, dtype: npt.DTypeLike) -> np.ndarray:
-    """A result array for ``plan``'s rank: dense in ``plan.out_order``, filled with 0xA5 bytes."""
+    """A result array for ``plan``'s rank at ``plan.out_strides`` (dense in ``plan.out_order``, or
+    positive padded strides of a retargeted plan), filled with 0xA5 bytes."""
     dtype = np.dtype(dtype)
-    buf = np.full(max(1, plan.out_elements) * dtype.itemsize, 0xA5, dtype=np.uint8)
+    _, span = byte_extent(plan.out_shape, plan.out_strides, dtype.itemsize)
+    buf = np.full(max(1, plan.out_elements * dtype.itemsize, span), 0xA5, dtype=np.uint8)
     return np.ndarray(plan.out_shape, dtype=dtype, buffer=buf,
                       strides=tuple(s * dtype.itemsize for s in plan.out_strides))
 

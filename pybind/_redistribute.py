@@ -260,9 +260,10 @@ class Redistribute(Generic[ArrayT]):
 
         Returns the engine-owned result (persistent: overwritten by the next ``execute``,
         released by :meth:`free`), or ``out`` when given. ``out`` must have the result's shape,
-        dtype and package, be writable and not overlap the operand; host ``out=`` may have any
-        strides and may be passed on some ranks only; on GPUs it must be dense and on the
-        symmetric heap, at the same offset on every rank. ``release_workspace`` and
+        dtype and package, be writable and not overlap the operand, and may have any strides
+        (the interior of a ghosted array, a reversed view); host ``out=`` may be passed on some
+        ranks only; on GPUs it must lie in a symmetric allocation, at the same offset on every
+        rank (a new stride pattern lowers the exchange for it once, collectively). ``release_workspace`` and
         ``sync_symmetric_memory`` follow nvmath-python and must be equal on all ranks. Any
         problem on any rank raises the same error on every rank.
         """

@@ -34,6 +34,7 @@ def emulate_job(
     sm_count: int = 132,
     signal: str = "epoch",
     epochs: int = 2,
+    out_bytes: int | None = None,
 ) -> tuple[list[np.ndarray], list[LaunchList]]:
     """Run every rank's launch list on host memory through the kernel's index maths.
 
@@ -41,7 +42,9 @@ def emulate_job(
     rank's result bytes (``result_bytes`` long; only the out box's dense part is meaningful) and
     the launch lists. ``in_offsets`` shifts each operand inside its buffer (alignment tests);
     ``in_origins`` is where element (0, ..., 0) sits in each operand's bytes (negative strides
-    reach below it); ``out_delta`` writes into a second "out=" region at that offset from the result.
+    reach below it); ``out_delta`` writes into a second "out=" region at that offset from the result;
+    ``out_bytes`` sizes each result region (default ``result_bytes``; larger for strided outputs),
+    and then the whole region is returned (offsets from its start, ``out_delta`` included).
     """
     p = len(plans)
     lls = [
@@ -61,7 +64,7 @@ def emulate_job(
         regions[base] = buf
         inb.append(base + off + (0 if in_origins is None else in_origins[r]))
         ob = (4 * r + 2) * stride
-        regions[ob] = np.full(rb + max(out_delta, 0) + 16, 0xA5, np.uint8)
+        regions[ob] = np.full(max(rb, out_bytes or 0) + max(out_delta, 0) + 16, 0xA5, np.uint8)
         outb.append(ob)
         sendb.append((4 * r + 3) * stride)
         regions[sendb[-1]] = np.full(max(lls[0].send_staging_bytes, 1), 0x11, np.uint8)
@@ -158,4 +161,6 @@ def emulate_job(
             if any(k.bump for k in lls[r].kernels):
                 epoch[r] = e_of[r]
         assert all(epoch[r] == epoch[0] for r in range(p) if lls[r].signal == "epoch"), epoch
+    if out_bytes is not None:  # the whole region: a strided output may reach below out_delta
+        return [regions[outb[r]].copy() for r in range(p)], lls
     return [regions[outb[r]][out_delta : out_delta + rb].copy() for r in range(p)], lls

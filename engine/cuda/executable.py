@@ -7,6 +7,13 @@ and rebound by kernel-node updates (``bind_input`` / ``rebind_input`` / ``bind_o
 re-captured. ``execute`` agrees on the call first (one small Allreduce when P > 1: failures,
 the ``out=`` heap offset and the flags), so a rank with a problem never leaves its peers
 spinning on a barrier the failed rank will not reach. See DESIGN.md beside this file.
+
+An ``out=`` of other strides than the planned dense ones (the interior of a ghosted array, a
+reversed view) needs other copies on every rank that writes into it, so it is a *layout*: the
+ranks agree on every rank's out= strides (flagged in the same Allreduce, gathered only when one
+changed), and the executable lowers the plan retargeted to them once (:meth:`Plan.retarget_all`:
+a variant with its own kernels, control block and graph, sharing this one's result), then
+switches between the variants it has by the agreed layout.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import collective
-from ..buffer import Buffer
+from ..buffer import Buffer, self_overlapping
 from ..errors import CudaError, InvalidStateError
 from ..plan import Plan
 from . import kernels as K
@@ -68,7 +75,8 @@ class CudaExecutable:
     result: Buffer
 
     def __init__(self, plan: Plan, rt: Runtime, ll: LaunchList, funcs: dict[str, dict[int, int]], *,
-                 serial: int, blocking: bool = False, logger: logging.Logger | None = None) -> None:
+                 serial: int, blocking: bool = False, logger: logging.Logger | None = None,
+                 relower: tuple | None = None, shared_result: int = 0) -> None:
         self.plan, self.rt, self.launch_list, self._logger = plan, rt, ll, logger
         self.serial = serial
         self.blocking = bool(blocking)
@@ -90,9 +98,16 @@ class CudaExecutable:
         self._launch = self._drv.cuGraphLaunch
         self.result_bytes = ll.result_bytes
         self.graphs = os.environ.get("REDIST_CUDA_GRAPHS", "1") != "0"
+        # out= layouts (see the module docstring): the variant that runs, by agreed layout key
+        self._active: CudaExecutable = self
+        self._variants: dict[tuple, CudaExecutable] = {}
+        self._want: tuple[int, ...] | None = None  # this rank's out= strides when not the planned ones
+        self._mine: tuple[int, ...] | None = None  # this rank's entry in the active layout
+        self._relower = relower  # (reach, transport, signal) of lower(): variants are lowered alike
+        self._shares_result = bool(shared_result)
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
         # rank), then the local set-up, agreed as a whole, then NVSHMEM's warm-up (collective)
-        self.result_ptr = rt.sym_alloc(ll.result_bytes, owner="engine")
+        self.result_ptr = shared_result or rt.sym_alloc(ll.result_bytes, owner="engine")
         self.result = Buffer(self.result_ptr, plan.out_shape, plan.out_strides, plan.itemsize, "cuda", rt.device_id,
                              owner=self)
         if ll.any_put:
@@ -215,6 +230,8 @@ class CudaExecutable:
 
     def rebind_input(self, ptr: int, owner: object = None) -> None:
         """Point every kernel that reads the operand at ``ptr`` (kernel-node update; never re-capture)."""
+        if self._active is not self:
+            self._active.rebind_input(ptr, owner)
         self._in_owner = owner
         self._bound = not self._freed
         if ptr == self._in_ptr:
@@ -232,8 +249,17 @@ class CudaExecutable:
             launch.update()
 
     def bind_output(self, buf: Buffer | None) -> None:
-        """Write into the symmetric ``buf`` (same heap offset on every rank); None: the result."""
+        """Write into the symmetric ``buf`` (same heap offset on every rank); None: the result.
+
+        Strides other than the planned ones take effect at the next execute, once agreed.
+        """
+        self._want = None if buf is None or buf.is_dense(self.plan.out_strides) else tuple(buf.strides)
         delta = 0 if buf is None else buf.ptr - self.result_ptr
+        if self._active is not self:
+            self._active._set_delta(delta)
+        self._set_delta(delta)
+
+    def _set_delta(self, delta: int) -> None:
         if delta == self._out_delta:
             return
         self._out_delta = delta
@@ -260,17 +286,18 @@ class CudaExecutable:
             return f"out= has {buf.itemsize}-byte elements, expected {p.itemsize}"
         if buf.shape != p.out_shape:
             return f"out= has shape {buf.shape}, expected {p.out_shape} (the output box {p.out_box})"
-        if not buf.is_dense(p.out_strides):
-            return (f"out= has element strides {buf.strides}, expected dense {p.out_order}-order strides "
-                    f"{p.out_strides}")
         if buf.readonly:
             return "out= is read-only"
+        if self_overlapping(buf.shape, buf.strides):
+            return f"out= has strides {buf.strides} (elements) that make elements overlap in memory"
         ent = rt.sym_lookup(buf.ptr)
         if ent is None and not rt.is_symmetric(buf.ptr):
             return ("out= must be on the NVSHMEM symmetric heap (peers write into it): allocate it with "
                     "redist.allocate_symmetric_memory")
-        if ent is not None and buf.ptr + buf.nbytes > ent[0] + ent[1]:
-            return f"out= ({buf.nbytes} bytes) runs past the end of its symmetric allocation ({ent[1]} bytes)"
+        lo, hi = buf.address_range()
+        if ent is not None and buf.size and (lo < ent[0] or hi > ent[0] + ent[1]):
+            return (f"out= (bytes [{lo - ent[0]}, {hi - ent[0]}) of its allocation) reaches outside its symmetric "
+                    f"allocation ({ent[1]} bytes)")
         delta = buf.ptr - self.result_ptr
         for d in self.launch_list.push_to:
             if rt.peer_ptr(buf.ptr, d) != rt.peer_ptr(self.result_ptr, d) + delta:
@@ -282,6 +309,8 @@ class CudaExecutable:
         return self.rt.heap_offset(self.result_ptr if buf is None else buf.ptr)
 
     def release_input(self) -> None:
+        if self._active is not self:
+            self._active.release_input()
         self._in_owner = None
         self._bound = False
 
@@ -354,8 +383,17 @@ class CudaExecutable:
                        "no operand is bound (it was released): call reset_operand() first")
         if self._agree or problem is not None:
             offset = self.rt.heap_offset(self.output_ptr)
-            self._check.check(problem, hash((offset, bool(sync), bool(release_workspace))),
-                              what=(f"out= at heap offset {offset}", bool(sync), bool(release_workspace)))
+            changed = self._check.check(problem, hash((offset, bool(sync), bool(release_workspace))),
+                                        flag=int(self._want != self._mine),
+                                        what=(f"out= at heap offset {offset}", bool(sync), bool(release_workspace)))
+            if changed:  # some rank's out= strides changed: every rank learns every rank's
+                self._switch(tuple(self.rt.comm.allgather(self._want)))
+        elif self._want != self._mine:  # one rank: nobody else to ask
+            self._switch((self._want,))
+        self._active._run(stream, sync, release_workspace, graph)
+
+    def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None) -> None:
+        """The agreed execute on this variant: the graph launch (or the slow path)."""
         if sync is not self._wait and bool(sync) != self._wait:
             self._set_wait(bool(sync))
         ge = self._exec
@@ -373,6 +411,42 @@ class CudaExecutable:
             self._drv.call("cuStreamSynchronize", stream)
         if release_workspace:
             self.release_workspace()
+
+    def _switch(self, layout: tuple) -> None:
+        """Collective (every rank, the same ``layout``): run the variant lowered for ``layout``,
+        every rank's out= strides (None: the planned ones), lowering it the first time."""
+        if all(st is None for st in layout):
+            exe = self
+        else:
+            exe = self._variants.get(layout)
+            if exe is None:
+                exe = self._variants[layout] = self._variant(layout)
+            exe.rebind_input(self._in_ptr, self._in_owner)
+            exe._set_delta(self._out_delta)
+            exe._bound = self._bound
+        self._active = exe
+        self._mine = layout[self.rt.rank]
+
+    def _variant(self, layout: tuple) -> CudaExecutable:
+        """Collective: this plan lowered with every rank's output at its strides in ``layout``."""
+        from .launch_list import build_launch_list
+
+        plan, rt = self.plan, self.rt
+        if self._relower is None:
+            raise InvalidStateError("this CUDA executable was not made by lower(): it cannot take strided out=")
+        reach, transport, signal = self._relower
+        strides = [st if st is not None else plan.out_strides_of(r) for r, st in enumerate(layout)]
+        funcs = {}
+        with collective.attempt(rt.comm):
+            moved = plan.retarget_all(strides)
+            ll = build_launch_list(moved, reach, transport=transport, signal=signal, sm_count=rt.sm_count)
+            for k in ll.kernels:
+                funcs[k.name] = rt.functions(*k.family, k.kind)
+        exe = CudaExecutable(moved, rt, ll, funcs, serial=self.serial, blocking=self.blocking, logger=self._logger,
+                             relower=self._relower, shared_result=self.result_ptr)
+        if self._logger is not None:
+            self._logger.info("cuda out= layout %s: lowered a variant (%d in all)", layout, len(self._variants) + 1)
+        return exe
 
     def _set_wait(self, wait: bool) -> None:
         """sync_symmetric_memory in epoch mode: the copy kernel's credit wait (a node update)."""
@@ -405,6 +479,8 @@ class CudaExecutable:
 
         A parent graph that embeds it as a child node gets a copy: later rebinds don't reach it.
         """
+        if self._active is not self:
+            return self._active.graph(stream)
         if self._freed:
             raise InvalidStateError("this CUDA executable has been freed")
         if self._need_workspace:
@@ -423,6 +499,9 @@ class CudaExecutable:
 
     def release_workspace(self) -> None:
         """Collective: free the symmetric staging (put transport); re-made by the next execute."""
+        if self._active is not self:
+            self._active.release_workspace()
+            return
         if self._freed or not (self._send or self._recv):
             return
         self.rt.synchronize()  # no in-flight graph may still use the staging
@@ -458,6 +537,9 @@ class CudaExecutable:
         self._bound = False
         self._in_owner = None
         self._check.free()
+        variants, self._variants, self._active = list(self._variants.values()), {}, self
+        for v in variants:  # lowered in the same order on every rank: freed so too
+            v.free()
         rt = self.rt
         if rt.stopped:
             return
@@ -474,7 +556,7 @@ class CudaExecutable:
                 if p:
                     rt.sym_free(p)
             self._send = self._recv = self._ctl = 0
-            if self.result_ptr and not self._detached:
+            if self.result_ptr and not self._detached and not self._shares_result:
                 rt.sym_free(self.result_ptr)
             self.result_ptr = 0
 
@@ -491,7 +573,7 @@ class CudaExecutable:
             self._check.free()
             self._destroy_exec()
             sym = [p for p in (self._send, self._recv, self._ctl) if p]
-            if self.result_ptr and not self._detached:
+            if self.result_ptr and not self._detached and not self._shares_result:
                 sym.append(self.result_ptr)
             self.rt.retire(self.serial, sym, [k.table_ptr for k in self._kernels.values()] + self._protos)
         except Exception:  # noqa: BLE001, S110 -- never raise from a finalizer
@@ -500,7 +582,10 @@ class CudaExecutable:
     def describe(self) -> str:
         vecs = ", ".join(f"{n}: {k.launch.vec} B" for n, k in self._kernels.items())
         state = "captured" if self._exec is not None else "not captured yet"
-        return f"{self.launch_list.describe()}\n  graph {state}; vector widths now {vecs or '-'}"
+        more = f"; {len(self._variants)} out= layout variant(s), one active" if self._variants else ""
+        if self._active is not self:
+            more = f"{more}\n  active out= layout:\n{self._active.describe()}"
+        return f"{self.launch_list.describe()}\n  graph {state}; vector widths now {vecs or '-'}{more}"
 
     @property
     def transports(self) -> dict[int, str]:

@@ -63,7 +63,8 @@ def lower(plan: Plan, ctx: Context, options: LowerOptions) -> CudaExecutable:
         for k in ll.kernels:
             funcs[k.name] = rt.functions(*k.family, k.kind)
         compile_ms = (time.perf_counter() - tc) * 1e3
-    exe = CudaExecutable(plan, rt, ll, funcs, serial=ctx.next_tag(), blocking=options.blocking, logger=options.logger)
+    exe = CudaExecutable(plan, rt, ll, funcs, serial=ctx.next_tag(), blocking=options.blocking, logger=options.logger,
+                         relower=(reach, transport, options.signal))
     if options.logger is not None:
         options.logger.info(
             "cuda lower: %.1f ms (kernels %.1f ms); %s",
