@@ -41,7 +41,7 @@ __all__ = [
     "find_uncovered_point",
     "cover_problem",
     "subtract",
-    "ownership",
+    "sources",
     "format_box",
     "layout_candidates",
 ]
@@ -246,35 +246,43 @@ def subtract(box: BoxT, cut: BoxT) -> list[BoxT]:
     return pieces
 
 
-def ownership(boxes: Sequence[BoxT]) -> tuple[tuple[BoxT, ...], tuple[int, int] | None]:
-    """Which elements each rank is the source of when boxes may overlap: the lowest rank holding one.
+def sources(in_boxes: Sequence[BoxT], out_boxes: Sequence[BoxT]):
+    """Who sends what when input boxes may overlap: each element comes from the lowest rank holding it.
 
-    Returns ``(owned, None)``: ``owned[r]`` is the part of ``boxes[r]`` no lower rank holds, a box
-    (empty -- ``(lower, lower)`` -- when every element is held lower down). Pairwise-disjoint boxes
-    own themselves. When some rank's part is not a single box (a lower box cuts a notch or a
-    hole into it), returns ``(boxes, (r, q))``: rank r's part, q the lowest rank cutting it.
+    Returns ``(counts, part, cut)``: ``counts[s, d]`` (int64 matrix) = elements rank s is the
+    source of in rank d's output box; ``part(s, d)`` = that part as a box (None when empty);
+    ``cut`` = None, or ``(s, d, q)`` when that part is not a single box for some pair (a lower
+    rank q's box cuts a notch or a hole into it; then ``part`` is None). Pairwise-disjoint input
+    boxes are the plain case: ``part(s, d) = in_boxes[s] ∩ out_boxes[d]``.
     """
-    boxes = tuple(boxes)
-    if len(boxes) < 2:
-        return boxes, None
-    m = pairwise_overlap(boxes, boxes)
-    np.fill_diagonal(m, 0)
-    owned = list(boxes)
-    for r in range(1, len(boxes)):
-        lower = [q for q in np.flatnonzero(m[r, :r])]
+    counts = pairwise_overlap(in_boxes, out_boxes)
+    held = pairwise_overlap(in_boxes, in_boxes)
+    np.fill_diagonal(held, 0)
+    special: dict[tuple[int, int], BoxT | None] = {}
+    for s in range(1, len(in_boxes)):
+        lower = [int(q) for q in np.flatnonzero(held[s, :s])]
         if not lower:
             continue
-        pieces = [boxes[r]]
-        for q in lower:
-            pieces = [p for piece in pieces for p in subtract(piece, boxes[int(q)])]
-        if not pieces:
-            owned[r] = (boxes[r][0], boxes[r][0])
-            continue
-        bound = bounding_box(pieces)
-        if bound is None or sum(volume(p) for p in pieces) != volume(bound):
-            return boxes, (r, int(lower[0]))
-        owned[r] = bound
-    return tuple(owned), None
+        for d in np.flatnonzero(counts[s]):
+            d = int(d)
+            common = intersect(in_boxes[s], out_boxes[d])
+            pieces = [common]
+            for q in lower:
+                pieces = [x for p in pieces for x in subtract(p, in_boxes[q])]
+            bound = bounding_box(pieces) if pieces else None
+            n = sum(volume(p) for p in pieces)
+            if bound is not None and n != volume(bound):
+                q = next(q for q in lower if intersect(in_boxes[q], common) is not None)
+                return counts, None, (s, d, q)
+            special[(s, d)] = bound
+            counts[s, d] = n
+
+    def part(s: int, d: int) -> BoxT | None:
+        if (s, d) in special:
+            return special[(s, d)]
+        return intersect(in_boxes[s], out_boxes[d])
+
+    return counts, part, None
 
 
 def layout_candidates(shape: Sequence[int], strides: Sequence[int]) -> tuple[str, ...]:

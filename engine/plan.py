@@ -198,7 +198,6 @@ class Plan:
     global_box: BoxT | None
     in_boxes: tuple[BoxT, ...]
     out_boxes: tuple[BoxT, ...]
-    source_boxes: tuple[BoxT, ...]  # per rank, the part of its input box it is the source of
     in_shape: tuple[int, ...]
     in_strides: tuple[int, ...]
     out_shape: tuple[int, ...]
@@ -295,9 +294,7 @@ class Plan:
             f"Plan rank {self.rank}/{self.nranks} key={self.key} ndim={self.ndim} itemsize={self.itemsize} "
             f"out_order={self.out_order}",
             f"  global {fmt(self.global_box) if self.global_box else 'empty'}",
-            f"  input  {fmt(self.in_box)} shape={self.in_shape} strides={self.in_strides}"
-            + (f" (source of {fmt(self.source_boxes[self.rank])}: lower ranks hold the rest)"
-               if self.source_boxes[self.rank] != self.in_box else ""),
+            f"  input  {fmt(self.in_box)} shape={self.in_shape} strides={self.in_strides}",
             f"  output {fmt(self.out_box)} shape={self.out_shape} strides={self.out_strides}",
             f"  staging send={self.send_staging_bytes} B recv={self.recv_staging_bytes} B "
             f"(max over ranks: send={self.max_send_staging_bytes} B recv={self.max_recv_staging_bytes} B)",
@@ -361,9 +358,9 @@ def make_plan(
         raise ValueError(f"itemsize must be positive, got {itemsize}")
     in_boxes = tuple(geo.as_box(*b) for b in in_boxes)
     out_boxes = tuple(geo.as_box(*b) for b in out_boxes)
-    source, cut = geo.ownership(in_boxes)  # overlapping (replicated) inputs: the lowest rank is the source
+    counts, part, cut = geo.sources(in_boxes, out_boxes)  # replicated inputs: the lowest holder sends
     if cut is not None:
-        raise ValueError(f"the part of rank {cut[0]}'s input box that no lower rank holds is not a box")
+        raise ValueError(f"what rank {cut[0]} is the source of in rank {cut[1]}'s output box is not a box")
     ndim = len(in_boxes[0][0])
     if not isinstance(out_order, str):
         out_order = geo.axis_order(out_order, ndim)
@@ -386,7 +383,7 @@ def make_plan(
         return _transfer(s, d, box, itemsize, perm, in_boxes[s][0], strides[s], out_boxes[d][0], out_strides[d])
 
     # Bytes between every (src, dst) pair: the staging layout of every rank depends on it.
-    vol = geo.pairwise_overlap(source, out_boxes) * itemsize
+    vol = counts * itemsize
     np.fill_diagonal(vol, 0)
     slot = -(-vol // STAGING_ALIGN) * STAGING_ALIGN  # aligned slot sizes
     # recv staging of d: slots ordered by source rank => start of s's slot = sum of earlier slots
@@ -395,7 +392,7 @@ def make_plan(
     recv_totals = slot.sum(axis=0)
 
     local = None
-    mine = geo.intersect(source[rank], out_boxes[rank])
+    mine = part(rank, rank)
     if mine is not None:
         local = transfer(rank, rank, mine)
     sends, send_offsets, remote_offsets = [], [], []
@@ -404,13 +401,13 @@ def make_plan(
     for k in range(1, nranks):
         d = (rank + k) % nranks
         if vol[rank, d]:
-            sends.append(transfer(rank, d, geo.intersect(source[rank], out_boxes[d])))
+            sends.append(transfer(rank, d, part(rank, d)))
             send_offsets.append(off)
             remote_offsets.append(int(recv_starts[rank, d]))
             off += int(slot[rank, d])
         s = (rank - k) % nranks
         if vol[s, rank]:
-            recvs.append(transfer(s, rank, geo.intersect(source[s], out_boxes[rank])))
+            recvs.append(transfer(s, rank, part(s, rank)))
             recv_offsets.append(int(recv_starts[s, rank]))
 
     key = plan_key(rank, nranks, itemsize, out_order, in_boxes, out_boxes, tuple(strides))
@@ -423,7 +420,6 @@ def make_plan(
         global_box=geo.bounding_box(in_boxes),
         in_boxes=in_boxes,
         out_boxes=out_boxes,
-        source_boxes=source,
         in_shape=in_shapes[rank],
         in_strides=strides[rank],
         out_shape=out_shapes[rank],

@@ -159,19 +159,19 @@ def check_boxes(specs: Sequence[RankSpec], *, allow_overlap: bool = False) -> tu
 
 def _overlap_problem(in_boxes: Sequence[BoxT], out_boxes: Sequence[BoxT]) -> tuple[type[BaseException], str] | None:
     """Why the outputs cannot be filled from overlapping inputs (``allow_overlap=True``), or None."""
-    owned, cut = geo.ownership(in_boxes)
+    counts, _, cut = geo.sources(in_boxes, out_boxes)
     if cut is not None:
-        r, q = cut
+        src, dst, q = cut
         return errors.NotSupportedError, (
-            f"rank {r} input box {geo.format_box(in_boxes[r])} overlaps rank {q} input box "
-            f"{geo.format_box(in_boxes[q])} so that the part rank {r} is the source of (the elements no lower rank "
-            "holds) is not a box; replicated input is supported where that part is a box or empty "
-            "(identical replicas, slabs with halos)"
+            f"rank {src} input box {geo.format_box(in_boxes[src])} overlaps rank {q} input box "
+            f"{geo.format_box(in_boxes[q])} so that what rank {src} is the source of in rank {dst}'s output box "
+            f"{geo.format_box(out_boxes[dst])} (the elements no lower rank holds) is not a box; replicated input is "
+            "supported where each such part is a box or empty (identical replicas, slabs with halos)"
         )
-    held = geo.pairwise_overlap(owned, out_boxes).sum(axis=0)
+    held = counts.sum(axis=0)
     for d, box in enumerate(out_boxes):
         if int(held[d]) != geo.volume(box):
-            where = geo.find_uncovered_point(owned, box)
+            where = geo.find_uncovered_point(in_boxes, box)
             at = f": element {where} is held by no input box" if where is not None else ""
             return errors.InvalidValueError, (
                 f"rank {d} output box {geo.format_box(box)} is not covered by the input boxes "

@@ -75,8 +75,8 @@ class RedistributeOptions:
         by some input box, and comes from the lowest rank holding it. This expresses allgather
         (every output box the global box), broadcast of a box, gather onto one rank, halos (each
         output box its own box grown by the halo width, clipped) and replicated inputs.
-        Replicated input is supported where the part of each rank's box no lower rank holds is
-        a box (identical replicas, slabs with halos); otherwise NotSupportedError.
+        Replicated input is supported wherever what a rank is the source of in another rank's
+        output box is a box (identical replicas, slabs with halos); otherwise NotSupportedError.
     """
 
     logger: logging.Logger | None = None

@@ -481,35 +481,45 @@ def test_overlapping_boxes_take_each_element_from_the_lowest_rank(pb, seed):
 
 @settings(max_examples=300, **SETTINGS)
 @given(gshape=global_shapes(), nranks=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
-def test_ownership_partitions_the_union_of_the_boxes(gshape, nranks, seed):
-    """Owned parts are disjoint, inside their boxes, and cover exactly what the boxes cover; a
-    rank owns an element iff no lower rank's box holds it."""
+def test_sources_take_each_element_from_its_lowest_holder(gshape, nranks, seed):
+    """For every output box the parts of the ranks are disjoint boxes inside it and its sender's
+    input box, and an element is in rank s's part iff s is the lowest rank holding it."""
     from helpers import overlap_boxes
 
-    _, boxes, _ = overlap_boxes(gshape, nranks, np.random.default_rng(seed))
-    owned, cut = geo.ownership(boxes)
+    _, ins, outs = overlap_boxes(gshape, nranks, np.random.default_rng(seed))
+    counts, part, cut = geo.sources(ins, outs)
     assert cut is None
     first = np.full(gshape, -1)
     for r in reversed(range(nranks)):
-        first[box_slices(boxes[r])] = r
-    mine = np.full(gshape, -1)
-    for r, b in enumerate(owned):
-        assert geo.contains(boxes[r], b)
-        assert (mine[box_slices(b)] == -1).all()
-        mine[box_slices(b)] = r
-    assert (mine == first).all()
+        first[box_slices(ins[r])] = r
+    for d, ob in enumerate(outs):
+        mine = np.full(gshape, -1)
+        for s in range(nranks):
+            b = part(s, d)
+            assert (b is None) == (counts[s, d] == 0)
+            if b is None:
+                continue
+            assert geo.contains(ins[s], b) and geo.contains(ob, b) and geo.volume(b) == counts[s, d]
+            assert (mine[box_slices(b)] == -1).all()
+            mine[box_slices(b)] = s
+        inside = np.zeros(gshape, bool)
+        inside[box_slices(ob)] = True
+        assert (mine[inside] == first[inside]).all() and (mine[~inside] == -1).all()
 
 
-def test_ownership_reports_a_part_that_is_not_a_box():
-    # rank 1's box has a hole where rank 0's sits: its own part is a frame, not a box
-    owned, cut = geo.ownership([((1, 1), (2, 2)), ((0, 0), (4, 4))])
-    assert cut == (1, 0)
-    # the reverse order is fine: rank 1 is the source of nothing
-    owned, cut = geo.ownership([((0, 0), (4, 4)), ((1, 1), (2, 2))])
-    assert cut is None and geo.is_empty(owned[1])
+def test_sources_need_a_box_per_pair_only():
+    # rank 1 holds everything around rank 0's box: its own part has a hole, but what it sends to
+    # each output is a box (nothing to rank 0, row 0 to rank 1)
+    ins = [((1, 1), (3, 3)), ((0, 0), (4, 4))]
+    counts, part, cut = geo.sources(ins, [((1, 1), (3, 3)), ((0, 0), (1, 4))])
+    assert cut is None and part(1, 0) is None and part(0, 0) == ins[0] and part(1, 1) == ((0, 0), (1, 4))
+    assert counts.tolist() == [[4, 0], [0, 4]]
+    # an output straddling the hole: rank 1's part of it is a frame, not a box
+    counts, part, cut = geo.sources(ins, [((0, 0), (4, 4)), ((0, 0), (0, 0))])
+    assert cut == (1, 0, 0) and part is None
     # a notch cut by two lower boxes that together leave a box
-    owned, cut = geo.ownership([((0,), (4,)), ((6,), (10,)), ((0,), (8,))])
-    assert cut is None and owned[2] == ((4,), (6,))
+    counts, part, cut = geo.sources([((0,), (4,)), ((6,), (10,)), ((0,), (8,))], [((0,), (10,))] * 3)
+    assert cut is None and part(2, 1) == ((4,), (6,)) and counts[:, 0].tolist() == [4, 4, 2]
 
 
 @settings(max_examples=200, **SETTINGS)
