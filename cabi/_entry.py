@@ -264,7 +264,9 @@ def _options(ptr, order: int) -> dict:
     if version >= 2 and ptr.result_ndim != 0:  # never read past a version-1 struct
         n = int(ptr.result_ndim)
         if not 0 < n <= 16:
-            raise ValueError(f"options->result_ndim must be 0 or 1..REDIST_MAX_NDIM (16), got {n}")
+            raise ValueError(f"options->result_ndim must be 0 or 1..REDIST_MAX_NDIM (16), got {n}"
+                             + (" (redist_options_result_order_f sets -1 for an empty or over-long axis list)"
+                                if n == -1 else ""))
         layout = tuple(int(ptr.result_order[i]) for i in range(n))
         if sorted(layout) != list(range(n)):
             raise ValueError(f"options->result_order {list(layout)} is not a permutation of the axes 0..{n - 1}")

@@ -342,15 +342,20 @@ contains
   !> A permuted result: `axes` lists the array's dimensions (1-based) from fastest- to
   !> slowest-varying in memory, as Fortran users think of column-major order: (1, 2, 3) is the
   !> usual Fortran layout, (2, 1, 3) makes dimension 2 contiguous. A wrong list (not a
-  !> permutation) is REDIST_ERROR_INVALID_VALUE from redist_create_f, on every process.
+  !> permutation of 1..ndim, empty, or longer than 16) is REDIST_ERROR_INVALID_VALUE from
+  !> redist_create_f, on every process.
   subroutine redist_options_result_order_f(options, axes)
     type(redist_options_t), intent(inout) :: options
     integer, intent(in) :: axes(:)
     integer :: n, i
 
-    n = min(size(axes), 16)
-    options%result_ndim = int(n, c_int32_t)
+    n = size(axes)
     options%result_order = 0_c_int32_t
+    if (n == 0 .or. n > 16) then   ! refused by redist_create: result_ndim must be 1..16 (or 0: none)
+      options%result_ndim = -1_c_int32_t
+      return
+    end if
+    options%result_ndim = int(n, c_int32_t)
     do i = 1, n   ! C order: 0-based, slowest first
       options%result_order(i) = int(axes(n + 1 - i) - 1, c_int32_t)
     end do

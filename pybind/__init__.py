@@ -14,7 +14,8 @@ MPI; GPU arrays move over NVSHMEM inside one CUDA graph per stream.
 ...     b = r.execute()      # this rank's Slab.Y box
 """
 
-from ._distributions import BlockCyclic, BlockNonCyclic, Box, Distribution, ProcessGrid, Slab
+from ._blocks import BlockCyclic, BlockNonCyclic, ProcessGrid
+from ._distributions import Box, Distribution, Slab
 from ._operands import RawArray
 from ._options import RedistributeOptions
 from ._redistribute import Redistribute, redistribute

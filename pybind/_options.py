@@ -98,6 +98,8 @@ class RedistributeOptions:
             raise InvalidValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         if not isinstance(self.result_layout, str):
             try:
+                if any(isinstance(a, (bool, np.bool_)) for a in self.result_layout):  # a bool axis is surely a bug
+                    raise TypeError
                 perm = tuple(operator.index(a) for a in self.result_layout)
             except TypeError:
                 raise InvalidValueError(f"result_layout must be 'auto', 'C', 'F' or a permutation of the axes, got "

@@ -14,7 +14,8 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from . import _runtime
-from ._distributions import Box, Distribution, resolve_boxes
+from ._distributions import Box, Distribution
+from ._resolve import resolve_boxes
 from ._operands import Operand, as_array, wrap
 from ._options import RedistributeOptions
 from ._streams import current_stream, stream_handle
@@ -118,6 +119,8 @@ class Redistribute(Generic[ArrayT]):
         try:
             opts = self._options_class.coerce(options)
             op = wrap(operand)
+            if isinstance(opts.result_layout, tuple) and len(opts.result_layout) == len(op.shape):
+                opts.result_layout = _normal_order(opts.result_layout)  # (0, 1, 2) and "C" agree: one layout
             spec = RankSpec(
                 rank=rank, ndim=len(op.shape), dtype=op.dtype_key, itemsize=op.itemsize, package=op.package,
                 memory=op.memory, layouts=op.layouts(), shape=op.shape, strides=op.strides,

@@ -16,7 +16,8 @@ import dataclasses
 from typing import Any, Literal, TypeVar
 
 from . import _redistribute
-from ._distributions import BlockCyclic, BlockNonCyclic, Box, Distribution, ProcessGrid, Slab
+from ._blocks import BlockCyclic, BlockNonCyclic, ProcessGrid
+from ._distributions import Box, Distribution, Slab
 from ._options import RedistributeOptions as _PersistentOptions
 from .engine.errors import BindDistributionError, ConvertDistributionError
 

@@ -117,6 +117,16 @@ program api_checks
   call check_rows_of_columns(res, c0, c1, "result_order (2, 1): rows contiguous")
   call expect(redist_free(hs), REDIST_SUCCESS, "", "free transposed")
   opts%result_ndim = 0
+  ! an axis list longer than REDIST_MAX_NDIM, or empty, is refused by create (not cut short)
+  call redist_options_result_order_f(opts, [(int(i), i = 17, 1, -1)])
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_ERROR_INVALID_VALUE, "result_ndim", &
+              "result_order_f with 17 axes")
+  call redist_options_result_order_f(opts, [integer ::])
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_ERROR_INVALID_VALUE, "result_ndim", &
+              "result_order_f with no axes")
+  opts%result_ndim = 0
   ! halos: each rank's columns grown by one on each side (clipped), boxes overlap: allow_overlap
   opts%allow_overlap = 1
   hc0 = merge(max(one, c0 - 1), c0, c1 >= c0)

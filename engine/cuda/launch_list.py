@@ -221,8 +221,9 @@ class LaunchList:
 
 
 def traffic_matrix(plan: Plan) -> np.ndarray:
-    """``t[s, d]``: rank s sends something to rank d (s != d)."""
-    vol = geo.pairwise_overlap(plan.in_boxes, plan.out_boxes)
+    """``t[s, d]``: rank s sends something to rank d (s != d); with replicated inputs only the
+    lowest holder of an element sends it (:func:`..geometry.sources`, as the plan does)."""
+    vol, _, _ = geo.sources(plan.in_boxes, plan.out_boxes)
     np.fill_diagonal(vol, 0)
     return vol > 0
 

@@ -384,6 +384,20 @@ def overlap_input_with_a_hole_last(env):
     Redistribute(np.ascontiguousarray(g[sl(box)]), box, Slab.Y, options=OVERLAP)
 
 
+@case(OK)
+def result_layout_spelt_two_ways(env):
+    a, g = operand(env)
+    with Redistribute(a, Slab.X, Slab.Y, options={"result_layout": (0, 1, 2) if env.is_last() else "C"}) as r:
+        r.plan()
+        right(env, r.execute(), g)
+
+
+@case((E.InvalidValueError, r"rank {last}: result_layout must be 'auto', 'C', 'F' or a permutation of the axes, "
+                            r"got \(True, False, 2\)"))
+def result_layout_bools_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"result_layout": (True, False, 2)} if env.is_last() else None)
+
+
 @case((E.InvalidValueError, r"inconsistent options across ranks.*allow_overlap"))
 def overlap_option_differs_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"allow_overlap": env.is_last()})

@@ -360,6 +360,16 @@ def test_emulate_tiled_transposes(itemsize, transport):
     assert any(s.tile_a is not None for ll in lls for k in ll.kernels for s in k.segments) == (itemsize in K.VEC_WIDTHS)
 
 
+def test_replicated_inputs_only_the_lowest_holder_talks():
+    """Replicas: only rank 0 sends, so a pair that never exchanges needs no reachability (push)."""
+    full = ((0, 0), (4, 6))
+    plans = [make_plan(r, [full] * 3, [full] * 3, itemsize=8) for r in range(3)]
+    reach = np.array([[1, 1, 1], [1, 1, 0], [1, 0, 1]], bool)  # 1 and 2 cannot reach each other
+    lls = run_case([full] * 3, [full] * 3, 8, transport="push", reach=reach)
+    assert [tuple(ll.push_to) for ll in lls] == [(1, 2), (), ()] and not any(ll.any_put for ll in lls)
+    assert [[t.dst for t in p.sends] for p in plans] == [[1, 2], [], []]
+
+
 def test_emulate_overlapping_boxes():
     """allow_overlap plans (replicas, allgather, broadcast, gather, halos) through the kernels."""
     from helpers import overlap_boxes

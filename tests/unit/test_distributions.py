@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Distributions (pybind/_distributions.py): Box, Slab, ProcessGrid, BlockNonCyclic, resolve_boxes.
+"""Distributions (pybind/_distributions.py, _blocks.py, _resolve.py): Box, Slab, ProcessGrid, BlockNonCyclic,
+resolve_boxes.
 
 Semantics mirror nvmath-python 1.0 (see shared/reference/nvmath-redistribute.md, section 1.2):
 the Slab remainder rule gives ``S // P + 1`` planes to the first ``S % P`` ranks. Unlike nvmath,
@@ -25,7 +26,7 @@ from redist import (
     ProcessGrid,
     Slab,
 )
-from redist._distributions import resolve_boxes
+from redist._resolve import resolve_boxes
 from redist.engine import geometry as geo
 
 ROW, COL = ProcessGrid.Layout.ROW_MAJOR, ProcessGrid.Layout.COL_MAJOR

@@ -238,7 +238,7 @@ def test_layout_candidates_padded_and_permuted():
 def test_geometry_plan_validate_import_no_mpi_cuda_cffi():
     code = (
         "import redist.engine.plan, redist.engine.validate, redist.engine.reference, "
-        "redist._distributions, sys; "
+        "redist._distributions, redist._blocks, redist._resolve, sys; "
         "bad=[m for m in ('mpi4py','cupy','cuda','cffi','torch','nvshmem') if m in sys.modules]; "
         "assert not bad, bad"
     )
