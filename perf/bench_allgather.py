@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--iters", type=int, default=9)
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--methods", nargs="+", default=["auto", "hybrid", "datatype"])
+    ap.add_argument("--padded", action="store_true",
+                    help="operands are the interior of an array with one ghost cell per side (strided rows)")
     args = ap.parse_args()
 
     import redist
@@ -46,6 +48,10 @@ def main():
         box = Slab.X.box(rank, g, nranks=P)
         a = np.arange(box.lower[0] * args.cols, box.upper[0] * args.cols, dtype=np.float64).reshape(
             box.upper[0] - box.lower[0], args.cols)
+        if args.padded:
+            ghosted = np.zeros((a.shape[0] + 2, a.shape[1] + 2))
+            ghosted[1:-1, 1:-1] = a
+            a = ghosted[1:-1, 1:-1]
         whole = redist.Box((0, 0), g)
         objs = {m: redist.Redistribute(a, Slab.X, whole, options={"allow_overlap": True, "host_method": m})
                 for m in args.methods}
@@ -56,8 +62,8 @@ def main():
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
         gathered = np.empty(g)
 
-        def allgatherv():
-            comm.Allgatherv(a, [gathered, counts, displs, MPI.DOUBLE])
+        def allgatherv():  # a padded operand is packed first, as a hand-written code would
+            comm.Allgatherv(np.ascontiguousarray(a) if args.padded else a, [gathered, counts, displs, MPI.DOUBLE])
             return gathered
 
         variants = {f"redist {m}": objs[m].execute for m in args.methods} | {"Allgatherv": allgatherv}
@@ -69,7 +75,8 @@ def main():
         for r in objs.values():
             r.free()
     if rank == 0:
-        print(f"# allgather: P={P}, float64 rows x {args.cols} split by rows (Slab.X) -> every rank the whole array, "
+        print(f"# allgather: P={P}, float64 rows x {args.cols} split by rows (Slab.X) -> every rank the whole array"
+              f"{', padded operands (strided rows)' if args.padded else ''}, "
               f"median of {args.iters} interleaved rounds, slowest rank; "
               f"{MPI.Get_library_version().splitlines()[0].strip()}")
         names = list(rows_out[0][1])

@@ -130,9 +130,13 @@ class HostExecutable:
         self._sends = [Message(t, True, method, isz) for t in plan.sends]
         self._send_stage_bytes = 0
         self._staged_send_reqs: list = [None] * len(self._sends)
+        packed: dict = {}  # pack copy -> slot: the same elements to several peers are packed once
         for m in self._sends:
             if m.mode == "staged":
-                m.slot = self._send_stage_bytes
+                if m.copy in packed:
+                    m.slot, m.shared = packed[m.copy], True
+                    continue
+                m.slot = packed[m.copy] = self._send_stage_bytes
                 self._send_stage_bytes += align(m.nbytes)
             elif m.mode == "datatype":
                 m.dtype = region_datatype(MPI, m.shape, m.strides, isz)
@@ -160,7 +164,7 @@ class HostExecutable:
         self._make_nulls()
         self._ready = False  # the fields below match the current binding
         self._first: list = []  # receives + in-place sends, started together
-        self._packs: list = []  # (dst_view, src_view, request) of staged sends
+        self._packs: list = []  # (dst_view, src_view, [requests]) of staged sends
         self._unpacks: list = []  # (dst_view, src_view) of staged receives
         self._reqs: list = []  # every p2p request, receives first, for Waitall
         self._nrecv = 0
@@ -258,11 +262,15 @@ class HostExecutable:
         src = HostBuffer(ptr, isz)
         if self._send_stage is None and self._send_stage_bytes:
             self._make_send_staging()
+        after: dict = {}  # slot -> the requests that start once it is packed
         for m, req in zip(self._sends, self._staged_send_reqs):
             if m.mode == "staged":
+                if m.shared:  # sent from the slot an earlier send packs: starts after that pack
+                    after[m.slot].append(req)
+                    continue
                 slot = HostBuffer(self._send_stage.ctypes.data + m.slot, isz)
                 side.copies.append(copy_views(m.copy, src, slot))
-                side.staged_requests.append(req)
+                side.staged_requests.append(after.setdefault(m.slot, [req]))
             elif self.method != "alltoallw":
                 side.requests.append(comm.Send_init(self._spec(m, ptr), m.peer, self._ok_tag))
         self._evict(self._sides_in, ptr, side)
@@ -357,7 +365,7 @@ class HostExecutable:
         recvs = recv.requests + self._null_recvs
         first = recvs + send.requests + self._null_sends
         packs = [(d, s, r) for (d, s), r in zip(send.copies, send.staged_requests)]
-        reqs = recvs + send.requests + send.staged_requests + self._null_sends
+        reqs = recvs + send.requests + [r for rs in send.staged_requests for r in rs] + self._null_sends
         return first, packs, recv.copies, reqs, len(recvs), local
 
     def _make_alltoallw(self) -> None:
@@ -417,9 +425,9 @@ class HostExecutable:
             self._agree_allreduce(None)
         if self._first:
             MPI.Prequest.Startall(self._first)
-        for d, s, req in self._packs:
+        for d, s, reqs in self._packs:
             copyto(d, s, casting="no")
-            req.Start()
+            MPI.Prequest.Startall(reqs)
         if self._local is not None:
             copyto(self._local[0], self._local[1], casting="no")
         if not self._complete:
@@ -578,6 +586,8 @@ class HostExecutable:
                     text = how["direct"].format(side)
                 elif m.mode == "datatype":
                     text = how["datatype"].format(side, runs, run)
+                elif m.shared:
+                    text = f"from staging@{m.slot}, packed once for an earlier peer (the same elements)"
                 else:
                     text = how["staged"].format("pack" if kind == "send" else "unpack", m.slot, runs, run)
                 lines.append(f"  {kind} {arrow}{m.peer}: {m.nbytes} B {text}")

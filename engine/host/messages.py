@@ -52,7 +52,7 @@ def datatype_pays(send: bool, nbytes: int, runs: int, run_bytes: int) -> bool:
 class Message:
     """One remote transfer seen from this rank (a send or a receive) and how it moves."""
 
-    __slots__ = ("copy", "dtype", "mode", "nbytes", "offset", "peer", "shape", "slot", "span", "strides")
+    __slots__ = ("copy", "dtype", "mode", "nbytes", "offset", "peer", "shape", "shared", "slot", "span", "strides")
 
     copy: Copy
     dtype: Datatype | None
@@ -61,6 +61,7 @@ class Message:
     offset: int
     peer: int
     shape: tuple[int, ...]
+    shared: bool
     slot: int
     span: int
     strides: tuple[int, ...]
@@ -87,6 +88,7 @@ class Message:
             self.mode = "datatype"
         self.dtype = None  # committed MPI datatype when mode == "datatype"
         self.slot = -1  # byte offset in this rank's staging when mode == "staged"
+        self.shared = False  # staged, and an earlier send packs the same elements into the same slot
 
     @property
     def runs(self) -> tuple[int, int]:
@@ -104,7 +106,8 @@ class Side:
         self.requests: list[Prequest] = []  # persistent requests straight on the bound buffer
         # (dst_view, src_view) pack or unpack pairs through staging
         self.copies: list[tuple[np.ndarray, np.ndarray]] = []
-        self.staged_requests: list[Prequest] = []  # the staging requests that go with ``copies`` (sends only)
+        # per entry of ``copies`` (sends only): the staging requests that start once it is packed
+        self.staged_requests: list[list[Prequest]] = []
 
     def free(self) -> None:
         for r in self.requests:

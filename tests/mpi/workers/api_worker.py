@@ -117,6 +117,17 @@ def matrix(seed):
         label, ib, ob = helpers.overlap_boxes(shape, P, rng)
         run_case(shape, dtypes[k % len(dtypes)], Box(*ib[rank]), Box(*ob[rank]), "CFP"[k % 3],
                  f"overlap {label} {shape} #{k}", {"allow_overlap": True, "host_method": methods[k % len(methods)]})
+    # allgather of a padded (strided) operand through staging: one pack serves every peer
+    g3 = (7, 6, 5)
+    for method in ("pack", "hybrid"):
+        run_case(g3, np.float64, Slab(0), Box((0, 0, 0), g3), "P", f"allgather, padded operand, {method}",
+                 {"allow_overlap": True, "host_method": method})
+    if P > 2:
+        a = piece(global_array(g3, np.float64), Slab(0).box(rank, g3), "P")
+        with Redistribute(a, Slab(0), Box((0, 0, 0), g3), options={"allow_overlap": True, "host_method": "pack"}) as r:
+            r.plan()
+            shared = r.plan_description.count("packed once for an earlier peer")  # 7 rows: nobody is empty at P <= 4
+            check(shared == P - 2, f"allgather with pack: {shared} sends share a slot, expected {P - 2}")
     # random boxes, uneven and empty ranks, 2-D .. 4-D
     for k in range(12):
         nd = 2 + k % 3
