@@ -249,40 +249,39 @@ def subtract(box: BoxT, cut: BoxT) -> list[BoxT]:
 def sources(in_boxes: Sequence[BoxT], out_boxes: Sequence[BoxT]):
     """Who sends what when input boxes may overlap: each element comes from the lowest rank holding it.
 
-    Returns ``(counts, part, cut)``: ``counts[s, d]`` (int64 matrix) = elements rank s is the
-    source of in rank d's output box; ``part(s, d)`` = that part as a box (None when empty);
-    ``cut`` = None, or ``(s, d, q)`` when that part is not a single box for some pair (a lower
-    rank q's box cuts a notch or a hole into it; then ``part`` is None). Pairwise-disjoint input
-    boxes are the plain case: ``part(s, d) = in_boxes[s] ∩ out_boxes[d]``.
+    Returns ``(counts, parts)``: ``counts[s, d]`` (int64 matrix) = elements rank s is the source of
+    in rank d's output box; ``parts(s, d)`` = those elements as pairwise-disjoint boxes, in a
+    deterministic order (one box, ``in_boxes[s] ∩ out_boxes[d]``, when no lower rank's box cuts
+    into it; none when the pair moves nothing).
     """
     counts = pairwise_overlap(in_boxes, out_boxes)
     held = pairwise_overlap(in_boxes, in_boxes)
     np.fill_diagonal(held, 0)
-    special: dict[tuple[int, int], BoxT | None] = {}
+    special: dict[tuple[int, int], tuple[BoxT, ...]] = {}
     for s in range(1, len(in_boxes)):
         lower = [int(q) for q in np.flatnonzero(held[s, :s])]
         if not lower:
             continue
         for d in np.flatnonzero(counts[s]):
             d = int(d)
-            common = intersect(in_boxes[s], out_boxes[d])
-            pieces = [common]
+            pieces = [intersect(in_boxes[s], out_boxes[d])]
             for q in lower:
                 pieces = [x for p in pieces for x in subtract(p, in_boxes[q])]
             bound = bounding_box(pieces) if pieces else None
             n = sum(volume(p) for p in pieces)
-            if bound is not None and n != volume(bound):
-                q = next(q for q in lower if intersect(in_boxes[q], common) is not None)
-                return counts, None, (s, d, q)
-            special[(s, d)] = bound
+            if bound is not None and n == volume(bound):
+                pieces = [bound]  # the pieces tile a box: one copy
+            special[(s, d)] = tuple(pieces)
             counts[s, d] = n
 
-    def part(s: int, d: int) -> BoxT | None:
-        if (s, d) in special:
-            return special[(s, d)]
-        return intersect(in_boxes[s], out_boxes[d])
+    def parts(s: int, d: int) -> tuple[BoxT, ...]:
+        got = special.get((s, d))
+        if got is not None:
+            return got
+        box = intersect(in_boxes[s], out_boxes[d])
+        return () if box is None else (box,)
 
-    return counts, part, None
+    return counts, parts
 
 
 def layout_candidates(shape: Sequence[int], strides: Sequence[int]) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ import numpy as np
 from . import geometry as geo
 from .geometry import BoxT
 
-__all__ = ["STAGING_ALIGN", "Region", "Transfer", "Plan", "make_plan", "simplify", "plan_key"]
+__all__ = ["STAGING_ALIGN", "Region", "Piece", "Transfer", "Plan", "make_plan", "simplify", "plan_key"]
 
 STAGING_ALIGN = 256
 _PLAN_VERSION = 1
@@ -100,11 +100,24 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class Piece:
+    """One box of a transfer: ``direct`` operand -> result, ``pack`` operand -> its place in the
+    staging slot, ``unpack`` staging slot -> result."""
+
+    box: BoxT
+    direct: Copy
+    pack: Copy
+    unpack: Copy
+
+
+@dataclass(frozen=True)
 class Transfer:
     """Elements of ``box`` (global coordinates) that rank ``src`` holds and rank ``dst`` needs.
 
     ``direct`` copies operand -> result; ``pack`` copies operand -> a dense staging slot
     (offset 0); ``unpack`` copies a dense staging slot -> result. ``nbytes`` is the payload.
+    With replicated inputs a pair may move several boxes: ``more`` holds the others, packed one
+    after another into the same slot; backends walk :attr:`pieces`.
     """
 
     src: int
@@ -114,10 +127,16 @@ class Transfer:
     direct: Copy
     pack: Copy
     unpack: Copy
+    more: tuple[Piece, ...] = ()
+
+    @property
+    def pieces(self) -> tuple[Piece, ...]:
+        """Every box of the transfer with its copies (the first is ``box``/``direct``/``pack``/``unpack``)."""
+        return (Piece(self.box, self.direct, self.pack, self.unpack),) + self.more
 
     @property
     def elements(self) -> int:
-        return self.direct.size
+        return self.direct.size + sum(p.direct.size for p in self.more)
 
     @property
     def src_region(self) -> Region:
@@ -158,27 +177,28 @@ def order_perm(out_order: str | tuple[int, ...], ndim: int) -> list[int]:
     return list(geo.axis_order(out_order, ndim))
 
 
-def _transfer(s, d, box, itemsize, perm, src_lower, src_strides, dst_lower, dst_strides) -> Transfer:
-    """Transfer of ``box`` from rank s's operand to rank d's output, dims walked in ``perm`` order.
+def _transfer(s, d, boxes, itemsize, perm, src_lower, src_strides, dst_lower, dst_strides) -> Transfer:
+    """Transfer of ``boxes`` (one or more) from rank s's operand to rank d's output, dims walked
+    in ``perm`` order.
 
-    The staging slot is dense in ``perm`` order, which depends on the plan only (never on the
-    actual strides of either side): sender and receiver agree on the packed layout.
+    The staging slot holds the boxes one after another, each dense in ``perm`` order, which
+    depends on the plan only (never on the actual strides of either side): sender and receiver
+    agree on the packed layout.
     """
-    shape = [box[1][k] - box[0][k] for k in perm]
-    s_st = [src_strides[k] for k in perm]
-    d_st = [dst_strides[k] for k in perm]
-    s_off = geo.region_offset(src_lower, box[0], src_strides)
-    d_off = geo.region_offset(dst_lower, box[0], dst_strides)
-    packed = geo.dense_strides(shape, "C")
-    return Transfer(
-        src=s,
-        dst=d,
-        box=box,
-        nbytes=math.prod(shape) * itemsize,
-        direct=_copy(shape, s_off, s_st, d_off, d_st),
-        pack=_copy(shape, s_off, s_st, 0, packed),
-        unpack=_copy(shape, 0, packed, d_off, d_st),
-    )
+    pieces, slot = [], 0
+    for box in boxes:
+        shape = [box[1][k] - box[0][k] for k in perm]
+        s_st = [src_strides[k] for k in perm]
+        d_st = [dst_strides[k] for k in perm]
+        s_off = geo.region_offset(src_lower, box[0], src_strides)
+        d_off = geo.region_offset(dst_lower, box[0], dst_strides)
+        packed = geo.dense_strides(shape, "C")
+        pieces.append(Piece(box, _copy(shape, s_off, s_st, d_off, d_st), _copy(shape, s_off, s_st, slot, packed),
+                            _copy(shape, slot, packed, d_off, d_st)))
+        slot += math.prod(shape)
+    first = pieces[0]
+    return Transfer(src=s, dst=d, box=first.box, nbytes=slot * itemsize, direct=first.direct, pack=first.pack,
+                    unpack=first.unpack, more=tuple(pieces[1:]))
 
 
 def plan_key(*parts: object) -> str:
@@ -251,10 +271,16 @@ class Plan:
         def again(t: Transfer) -> Transfer:
             src_lower = self.in_boxes[t.src][0]
             src_strides = self.in_strides if t.src == self.rank else (1,) * self.ndim  # unused for recvs
-            return _transfer(t.src, t.dst, t.box, self.itemsize, perm, src_lower, src_strides, lower, out_strides)
+            return _transfer(t.src, t.dst, [p.box for p in t.pieces], self.itemsize, perm, src_lower, src_strides,
+                             lower, out_strides)
+
+        def unpacks_again(t: Transfer) -> Transfer:  # the receive's unpacks only (its direct is the sender's)
+            moved = again(t)
+            return replace(t, unpack=moved.unpack,
+                           more=tuple(replace(p, unpack=q.unpack) for p, q in zip(t.more, moved.more)))
 
         local = again(self.local) if self.local is not None else None
-        recvs = tuple(replace(t, unpack=again(t).unpack) for t in self.recvs)
+        recvs = tuple(unpacks_again(t) for t in self.recvs)
         return replace(self, out_strides=out_strides, local=local, recvs=recvs)
 
     def out_strides_of(self, rank: int) -> tuple[int, ...]:
@@ -270,11 +296,13 @@ class Plan:
         mine = self.retarget(out_strides[self.rank])
         perm = order_perm(self.out_order, self.ndim)
         lower = self.in_boxes[self.rank][0]
-        sends = tuple(
-            replace(t, direct=_transfer(t.src, t.dst, t.box, self.itemsize, perm, lower, self.in_strides,
-                                        self.out_boxes[t.dst][0], tuple(int(v) for v in out_strides[t.dst])).direct)
-            for t in mine.sends
-        )
+        def directs_again(t: Transfer) -> Transfer:
+            moved = _transfer(t.src, t.dst, [p.box for p in t.pieces], self.itemsize, perm, lower, self.in_strides,
+                              self.out_boxes[t.dst][0], tuple(int(v) for v in out_strides[t.dst]))
+            return replace(t, direct=moved.direct,
+                           more=tuple(replace(p, direct=q.direct) for p, q in zip(t.more, moved.more)))
+
+        sends = tuple(directs_again(t) for t in mine.sends)
         return replace(mine, sends=sends)
 
     @property
@@ -302,10 +330,11 @@ class Plan:
 
         def one(kind, t: Transfer, extra=""):
             c = t.direct
+            more = f"; and {len(t.more)} more box(es): " + ", ".join(fmt(p.box) for p in t.more) if t.more else ""
             return (
                 f"  {kind:5s} {t.src}->{t.dst} {fmt(t.box)} {t.nbytes} B; {c.runs} run(s) of {c.run_length} "
                 f"elem; copy shape={c.shape} src@{c.src_offset}{c.src_strides} dst@{c.dst_offset}{c.dst_strides}"
-                f"{extra}"
+                f"{more}{extra}"
             )
 
         if self.local is not None:
@@ -358,9 +387,7 @@ def make_plan(
         raise ValueError(f"itemsize must be positive, got {itemsize}")
     in_boxes = tuple(geo.as_box(*b) for b in in_boxes)
     out_boxes = tuple(geo.as_box(*b) for b in out_boxes)
-    counts, part, cut = geo.sources(in_boxes, out_boxes)  # replicated inputs: the lowest holder sends
-    if cut is not None:
-        raise ValueError(f"what rank {cut[0]} is the source of in rank {cut[1]}'s output box is not a box")
+    counts, parts = geo.sources(in_boxes, out_boxes)  # replicated inputs: the lowest holder sends
     ndim = len(in_boxes[0][0])
     if not isinstance(out_order, str):
         out_order = geo.axis_order(out_order, ndim)
@@ -379,8 +406,8 @@ def make_plan(
     out_strides = [geo.dense_strides(sh, out_order) for sh in out_shapes]
     perm = order_perm(out_order, ndim)
 
-    def transfer(s: int, d: int, box: BoxT) -> Transfer:
-        return _transfer(s, d, box, itemsize, perm, in_boxes[s][0], strides[s], out_boxes[d][0], out_strides[d])
+    def transfer(s: int, d: int, boxes: Sequence[BoxT]) -> Transfer:
+        return _transfer(s, d, boxes, itemsize, perm, in_boxes[s][0], strides[s], out_boxes[d][0], out_strides[d])
 
     # Bytes between every (src, dst) pair: the staging layout of every rank depends on it.
     vol = counts * itemsize
@@ -392,8 +419,8 @@ def make_plan(
     recv_totals = slot.sum(axis=0)
 
     local = None
-    mine = part(rank, rank)
-    if mine is not None:
+    mine = parts(rank, rank)
+    if mine:
         local = transfer(rank, rank, mine)
     sends, send_offsets, remote_offsets = [], [], []
     recvs, recv_offsets = [], []
@@ -401,13 +428,13 @@ def make_plan(
     for k in range(1, nranks):
         d = (rank + k) % nranks
         if vol[rank, d]:
-            sends.append(transfer(rank, d, part(rank, d)))
+            sends.append(transfer(rank, d, parts(rank, d)))
             send_offsets.append(off)
             remote_offsets.append(int(recv_starts[rank, d]))
             off += int(slot[rank, d])
         s = (rank - k) % nranks
         if vol[s, rank]:
-            recvs.append(transfer(s, rank, part(s, rank)))
+            recvs.append(transfer(s, rank, parts(s, rank)))
             recv_offsets.append(int(recv_starts[s, rank]))
 
     key = plan_key(rank, nranks, itemsize, out_order, in_boxes, out_boxes, tuple(strides))

@@ -49,7 +49,8 @@ def execute_reference(plans: Sequence[Plan], inputs: Sequence[np.ndarray], *, mo
     if mode == "direct":
         for p in plans:
             for t in p.transfers:
-                copy_host(t.direct, src[t.src], dst[t.dst])
+                for piece in t.pieces:
+                    copy_host(piece.direct, src[t.src], dst[t.dst])
         return outputs
     if mode != "staged":
         raise ValueError(f"mode must be 'direct' or 'staged', got {mode!r}")
@@ -60,13 +61,16 @@ def execute_reference(plans: Sequence[Plan], inputs: Sequence[np.ndarray], *, mo
     for p in plans:
         sbuf = send[p.rank]
         for t, off, roff in zip(p.sends, p.send_offsets, p.remote_offsets):
-            copy_host(t.pack, src[p.rank], HostBuffer(sbuf.ctypes.data + off, itemsize, sbuf))
+            for piece in t.pieces:
+                copy_host(piece.pack, src[p.rank], HostBuffer(sbuf.ctypes.data + off, itemsize, sbuf))
             recv[t.dst][roff : roff + t.nbytes] = send[p.rank][off : off + t.nbytes]  # the "put"
         if p.local is not None:
-            copy_host(p.local.direct, src[p.rank], dst[p.rank])
+            for piece in p.local.pieces:
+                copy_host(piece.direct, src[p.rank], dst[p.rank])
     for p in plans:
         rb = recv[p.rank]
         for t, off in zip(p.recvs, p.recv_offsets):
             slot = HostBuffer(rb.ctypes.data + off, itemsize, rb)
-            copy_host(t.unpack, slot, dst[p.rank])
+            for piece in t.pieces:
+                copy_host(piece.unpack, slot, dst[p.rank])
     return outputs

@@ -159,15 +159,7 @@ def check_boxes(specs: Sequence[RankSpec], *, allow_overlap: bool = False) -> tu
 
 def _overlap_problem(in_boxes: Sequence[BoxT], out_boxes: Sequence[BoxT]) -> tuple[type[BaseException], str] | None:
     """Why the outputs cannot be filled from overlapping inputs (``allow_overlap=True``), or None."""
-    counts, _, cut = geo.sources(in_boxes, out_boxes)
-    if cut is not None:
-        src, dst, q = cut
-        return errors.NotSupportedError, (
-            f"rank {src} input box {geo.format_box(in_boxes[src])} overlaps rank {q} input box "
-            f"{geo.format_box(in_boxes[q])} so that what rank {src} is the source of in rank {dst}'s output box "
-            f"{geo.format_box(out_boxes[dst])} (the elements no lower rank holds) is not a box; replicated input is "
-            "supported where each such part is a box or empty (identical replicas, slabs with halos)"
-        )
+    counts, _ = geo.sources(in_boxes, out_boxes)
     held = counts.sum(axis=0)
     for d, box in enumerate(out_boxes):
         if int(held[d]) != geo.volume(box):

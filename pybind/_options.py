@@ -75,8 +75,8 @@ class RedistributeOptions:
         by some input box, and comes from the lowest rank holding it. This expresses allgather
         (every output box the global box), broadcast of a box, gather onto one rank, halos (each
         output box its own box grown by the halo width, clipped) and replicated inputs.
-        Replicated input is supported wherever what a rank is the source of in another rank's
-        output box is a box (identical replicas, slabs with halos); otherwise NotSupportedError.
+        What one rank sends another may then be several boxes (a frame around a lower rank's
+        box): they travel in one message (not with ``host_method="alltoallw"``).
     """
 
     logger: logging.Logger | None = None

@@ -111,8 +111,9 @@ def overlap_boxes(gshape, nranks: int, rng: np.random.Generator) -> tuple[str, l
     """``(label, in_boxes, out_boxes)`` of a seeded problem for ``allow_overlap=True``.
 
     Inputs: an exact cover, identical replicas (everyone or the first half of the ranks hold
-    the global box), or slabs along axis 0 grown by a halo (each rank is then the source of what
-    its lower neighbour does not hold). Outputs: allgather, broadcast of one random box, gather
+    the global box), slabs along axis 0 grown by a halo (each rank is then the source of what
+    its lower neighbour does not hold), or "nested": random boxes on every rank but the last,
+    which holds everything (what it sends around the others' boxes is then several boxes). Outputs: allgather, broadcast of one random box, gather
     onto one rank, an exact cover grown by a halo (clipped), or random sub-boxes (maybe empty).
     """
     nd = len(gshape)
@@ -127,17 +128,19 @@ def overlap_boxes(gshape, nranks: int, rng: np.random.Generator) -> tuple[str, l
         lo = [int(rng.integers(0, n + 1)) for n in gshape]
         return tuple(lo), tuple(int(rng.integers(l, n + 1)) for l, n in zip(lo, gshape))
 
-    in_kind = ["cover", "replicas", "halo slabs"][int(rng.integers(3))]
+    in_kind = ["cover", "replicas", "halo slabs", "nested"][int(rng.integers(4))]
     if in_kind == "cover":
         ins = random_boxes(gshape, nranks, rng)
     elif in_kind == "replicas":
         half = max(1, nranks // 2) if rng.integers(2) else nranks
         cover = random_boxes(gshape, nranks - half, rng) if half < nranks else []
         ins = [full] * half + cover
-    else:
+    elif in_kind == "halo slabs":
         slabs = [((r * gshape[0] // nranks,) + full[0][1:], ((r + 1) * gshape[0] // nranks,) + full[1][1:])
                  for r in range(nranks)]
         ins = grown(slabs, int(rng.integers(1, 3)))
+    else:
+        ins = [sub_box() for _ in range(nranks - 1)] + [full]
     out_kind = ["allgather", "broadcast", "gather", "halo", "random"][int(rng.integers(5))]
     if out_kind == "allgather":
         outs = [full] * nranks

@@ -223,7 +223,7 @@ class LaunchList:
 def traffic_matrix(plan: Plan) -> np.ndarray:
     """``t[s, d]``: rank s sends something to rank d (s != d); with replicated inputs only the
     lowest holder of an element sends it (:func:`..geometry.sources`, as the plan does)."""
-    vol, _, _ = geo.sources(plan.in_boxes, plan.out_boxes)
+    vol, _ = geo.sources(plan.in_boxes, plan.out_boxes)
     np.fill_diagonal(vol, 0)
     return vol > 0
 
@@ -398,23 +398,27 @@ def build_launch_list(
 
     copy_segs: list[Segment] = []
     if plan.local is not None:
-        copy_segs += _segments(plan.local.direct, s, "local", r, "input", 0, "output", r, 0, seg_limit)
+        for piece in plan.local.pieces:
+            copy_segs += _segments(piece.direct, s, "local", r, "input", 0, "output", r, 0, seg_limit)
     puts: list[Step] = []
     push_to, put_to = [], []
     for t, soff, roff in zip(plan.sends, plan.send_offsets, plan.remote_offsets):
         if push[r, t.dst]:
             push_to.append(t.dst)
-            copy_segs += _segments(t.direct, s, "push", t.dst, "input", 0, "output", t.dst, 0, seg_limit)
+            for piece in t.pieces:
+                copy_segs += _segments(piece.direct, s, "push", t.dst, "input", 0, "output", t.dst, 0, seg_limit)
         else:
             put_to.append(t.dst)
-            copy_segs += _segments(t.pack, s, "pack", t.dst, "input", 0, "send", r, soff, seg_limit)
+            for piece in t.pieces:
+                copy_segs += _segments(piece.pack, s, "pack", t.dst, "input", 0, "send", r, soff, seg_limit)
             puts.append(Step("put", pe=t.dst, src_offset=soff, dst_offset=roff, nbytes=t.nbytes))
     unpack_segs: list[Segment] = []
     put_from = []
     for t, off in zip(plan.recvs, plan.recv_offsets):
         if not push[t.src, r]:
             put_from.append(t.src)
-            unpack_segs += _segments(t.unpack, s, "unpack", t.src, "recv", off, "output", r, 0, seg_limit)
+            for piece in t.pieces:
+                unpack_segs += _segments(piece.unpack, s, "unpack", t.src, "recv", off, "output", r, 0, seg_limit)
 
     steps: list[Step] = []
     if signal == "epoch" and (any_push or any_put):

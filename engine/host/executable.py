@@ -130,13 +130,13 @@ class HostExecutable:
         self._sends = [Message(t, True, method, isz) for t in plan.sends]
         self._send_stage_bytes = 0
         self._staged_send_reqs: list = [None] * len(self._sends)
-        packed: dict = {}  # pack copy -> slot: the same elements to several peers are packed once
+        packed: dict = {}  # pack copies -> slot: the same elements to several peers are packed once
         for m in self._sends:
             if m.mode == "staged":
-                if m.copy in packed:
-                    m.slot, m.shared = packed[m.copy], True
+                if m.copies in packed:
+                    m.slot, m.shared = packed[m.copies], True
                     continue
-                m.slot = packed[m.copy] = self._send_stage_bytes
+                m.slot = packed[m.copies] = self._send_stage_bytes
                 self._send_stage_bytes += align(m.nbytes)
             elif m.mode == "datatype":
                 m.dtype = region_datatype(MPI, m.shape, m.strides, isz)
@@ -169,7 +169,7 @@ class HostExecutable:
         self._reqs: list = []  # every p2p request, receives first, for Waitall
         self._nrecv = 0
         self._statuses: list = []
-        self._local = None  # (dst_view, src_view) of the local copy
+        self._local: list = []  # (dst_view, src_view) per box of the local copy
         self._a2a = None
         self._a2a_key = None
         self._flag = np.zeros(2, dtype=np.int64)
@@ -220,7 +220,7 @@ class HostExecutable:
             side.free()
         self._sides_in.clear()
         self._combos.clear()
-        self._local = None
+        self._local = []
         self._packs = []
         self._ready = False
 
@@ -269,7 +269,10 @@ class HostExecutable:
                     after[m.slot].append(req)
                     continue
                 slot = HostBuffer(self._send_stage.ctypes.data + m.slot, isz)
-                side.copies.append(copy_views(m.copy, src, slot))
+                for c in m.copies[:-1]:  # the message starts once its last box is packed
+                    side.copies.append(copy_views(c, src, slot))
+                    side.staged_requests.append([])
+                side.copies.append(copy_views(m.copies[-1], src, slot))
                 side.staged_requests.append(after.setdefault(m.slot, [req]))
             elif self.method != "alltoallw":
                 side.requests.append(comm.Send_init(self._spec(m, ptr), m.peer, self._ok_tag))
@@ -291,7 +294,7 @@ class HostExecutable:
         for m in msgs:
             if m.mode == "staged":
                 slot = HostBuffer(stage.ctypes.data + m.slot, isz)
-                side.copies.append(copy_views(m.copy, slot, dst))
+                side.copies.extend(copy_views(c, slot, dst) for c in m.copies)
                 side.requests.append(comm.Recv_init([self._buffer(slot.ptr, m.nbytes), m.nbytes, MPI.BYTE], m.peer,
                                                     tag))
             elif self.method != "alltoallw":
@@ -357,9 +360,10 @@ class HostExecutable:
         send = self._send_side(in_ptr)
         recv = self._recv_side(out_ptr, strides)
         plan = self._layout(strides)[0]
-        local = None
+        local = []  # (dst_view, src_view) per box of the local transfer
         if plan.local is not None:
-            local = copy_views(plan.local.direct, HostBuffer(in_ptr, self._itemsize), HostBuffer(out_ptr, self._itemsize))
+            local = [copy_views(piece.direct, HostBuffer(in_ptr, self._itemsize), HostBuffer(out_ptr, self._itemsize))
+                     for piece in plan.local.pieces]
         if self.method == "alltoallw":
             return [], [], [], [], 0, local
         recvs = recv.requests + self._null_recvs
@@ -410,8 +414,8 @@ class HostExecutable:
             elif self._single:
                 if problem is not None:
                     raise collective.exception(problem, self.plan.rank)
-                if self._local is not None:
-                    np.copyto(self._local[0], self._local[1], casting="no")
+                for d, src in self._local:
+                    np.copyto(d, src, casting="no")
             else:
                 self._fail(problem)
         except self._MPI.Exception as e:
@@ -428,8 +432,8 @@ class HostExecutable:
         for d, s, reqs in self._packs:
             copyto(d, s, casting="no")
             MPI.Prequest.Startall(reqs)
-        if self._local is not None:
-            copyto(self._local[0], self._local[1], casting="no")
+        for d, s in self._local:
+            copyto(d, s, casting="no")
         if not self._complete:
             MPI.Request.Waitall(self._reqs)
         elif self._reqs:
@@ -474,8 +478,8 @@ class HostExecutable:
         if self._flag_any[1] or self._a2a is None:
             self._make_alltoallw()
         self._a2a.Start()
-        if self._local is not None:
-            np.copyto(self._local[0], self._local[1], casting="no")
+        for d, src in self._local:
+            np.copyto(d, src, casting="no")
         self._a2a.Wait()
 
     def graph(self, stream: int = 0) -> int:
@@ -502,7 +506,7 @@ class HostExecutable:
             cache.clear()
         self._combos.clear()
         self._first, self._packs, self._unpacks, self._reqs = [], [], [], []
-        self._local = None
+        self._local = []
         self._ready = False
 
     def detach_result(self) -> None:
@@ -573,7 +577,9 @@ class HostExecutable:
         ]
         if p.local is not None:
             c = p.local.direct
-            lines.append(f"  local {p.rank}->{p.rank}: {p.local.nbytes} B numpy copy, {c.runs} run(s) of {c.run_length} elem")
+            boxes = f" in {len(p.local.pieces)} boxes" if p.local.more else ""
+            lines.append(f"  local {p.rank}->{p.rank}: {p.local.nbytes} B numpy copy{boxes}, {c.runs} run(s) of "
+                         f"{c.run_length} elem")
         how = {
             "direct": "direct ({} in place, one contiguous run)",
             "datatype": "MPI derived datatype ({} {} run(s) of {} elem, no pack)",

@@ -81,6 +81,11 @@ def lower(plan: Plan, ctx: Context, options: LowerOptions) -> HostExecutable | P
             )
         if chosen != "push":
             exe = HostExecutable(plan, comm, chosen, tag, options.logger)
+            if chosen == "alltoallw" and any(t.more for t in plan.sends + plan.recvs):
+                raise NotSupportedError(
+                    f"host method 'alltoallw' sends one MPI datatype per pair of ranks, but rank {plan.rank} exchanges "
+                    "several boxes with a peer (replicated inputs, allow_overlap): use host_method='auto'"
+                )
             if chosen == "alltoallw" and any(m.mode == "staged" for m in exe._sends):
                 raise NotSupportedError(
                     f"host method 'alltoallw' moves regions as MPI datatypes, which need positive strides; rank "

@@ -52,9 +52,9 @@ def datatype_pays(send: bool, nbytes: int, runs: int, run_bytes: int) -> bool:
 class Message:
     """One remote transfer seen from this rank (a send or a receive) and how it moves."""
 
-    __slots__ = ("copy", "dtype", "mode", "nbytes", "offset", "peer", "shape", "shared", "slot", "span", "strides")
+    __slots__ = ("copies", "dtype", "mode", "nbytes", "offset", "peer", "shape", "shared", "slot", "span", "strides")
 
-    copy: Copy
+    copies: tuple[Copy, ...]
     dtype: Datatype | None
     mode: str
     nbytes: int
@@ -67,8 +67,8 @@ class Message:
     strides: tuple[int, ...]
 
     def __init__(self, t: Transfer, send: bool, method: str, itemsize: int) -> None:
-        c = t.pack if send else t.unpack
-        self.copy = c
+        self.copies = tuple(p.pack if send else p.unpack for p in t.pieces)  # one per box, into one slot
+        c = self.copies[0]
         self.peer = t.dst if send else t.src
         self.nbytes = t.nbytes
         if send:
@@ -77,7 +77,9 @@ class Message:
             self.offset, self.shape, self.strides = c.dst_offset, c.shape, c.dst_strides
         positive = all(s > 0 for s in self.strides)
         self.span = span_bytes(self.shape, self.strides, itemsize) if positive else 0
-        if is_contiguous(self.shape, self.strides):
+        if len(self.copies) > 1:  # several boxes (replicated inputs): packed into one slot, one message
+            self.mode = "staged"
+        elif is_contiguous(self.shape, self.strides):
             self.mode = "direct"
         elif method == "pack" or not positive:
             self.mode = "staged"

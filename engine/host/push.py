@@ -153,8 +153,10 @@ class PushExecutable:
         if hit is None:
             src = HostBuffer(self._in_ptr, self._itemsize)
             p = self.plan
-            local = copy_views(p.local.direct, src, HostBuffer(self.result.ptr, self._itemsize)) if p.local else None
-            peers = [copy_views(t.direct, src, HostBuffer(self._peer_ptr[t.dst], self._itemsize)) for t in p.sends]
+            mine = HostBuffer(self.result.ptr, self._itemsize)
+            local = [copy_views(piece.direct, src, mine) for piece in p.local.pieces] if p.local else []
+            peers = [copy_views(piece.direct, src, HostBuffer(self._peer_ptr[t.dst], self._itemsize))
+                     for t in p.sends for piece in t.pieces]
             hit = self._copies[self._in_ptr] = (local, peers)
             while len(self._copies) > CACHE_SIZE:
                 self._copies.popitem(last=False)
@@ -181,8 +183,8 @@ class PushExecutable:
             local, peers = pairs
             if self._complete:
                 MPI.Prequest.Startall(self._status_first)
-                if local is not None:
-                    copyto(local[0], local[1], casting="no")
+                for d, s in local:
+                    copyto(d, s, casting="no")
                 MPI.Request.Waitall(self._status_recvs, self._statuses)
                 ok = self._ok_tag
                 for st in self._statuses:
@@ -191,8 +193,8 @@ class PushExecutable:
                         collective.agree(self.comm, None)  # a peer failed: raise its problem here too
             else:
                 self._check.check(None)
-                if local is not None:
-                    copyto(local[0], local[1], casting="no")
+                for d, s in local:
+                    copyto(d, s, casting="no")
             if self._arrival_recvs:
                 MPI.Prequest.Startall(self._arrival_recvs)
             if peers:

@@ -370,6 +370,20 @@ def test_replicated_inputs_only_the_lowest_holder_talks():
     assert [[t.dst for t in p.sends] for p in plans] == [[1, 2], [], []]
 
 
+@pytest.mark.parametrize("transport", ["push", "put"])
+def test_emulate_several_boxes_per_pair(transport):
+    """Replicated input with holes: the last rank holds everything around the others' boxes, so
+    what it sends to each output is several boxes (one slot, one put, several segments)."""
+    g = (6, 7, 5)
+    full = ((0, 0, 0), g)
+    for p in (2, 3, 4):
+        ib = [((1, 1, 1), (3, 5, 4)), ((3, 0, 2), (5, 3, 5)), ((0, 4, 0), (2, 7, 2))][: p - 1] + [full]
+        for ob in (slab_boxes(g, p, 1), [full] * p):
+            plans = [make_plan(r, ib, ob, itemsize=8) for r in range(p)]
+            assert any(t.more for pl in plans for t in pl.transfers), "no transfer of several boxes"
+            run_case(ib, ob, 8, transport=transport, seed=p)
+
+
 def test_emulate_overlapping_boxes():
     """allow_overlap plans (replicas, allgather, broadcast, gather, halos) through the kernels."""
     from helpers import overlap_boxes

@@ -487,39 +487,39 @@ def test_sources_take_each_element_from_its_lowest_holder(gshape, nranks, seed):
     from helpers import overlap_boxes
 
     _, ins, outs = overlap_boxes(gshape, nranks, np.random.default_rng(seed))
-    counts, part, cut = geo.sources(ins, outs)
-    assert cut is None
+    counts, parts = geo.sources(ins, outs)
     first = np.full(gshape, -1)
     for r in reversed(range(nranks)):
         first[box_slices(ins[r])] = r
     for d, ob in enumerate(outs):
         mine = np.full(gshape, -1)
         for s in range(nranks):
-            b = part(s, d)
-            assert (b is None) == (counts[s, d] == 0)
-            if b is None:
-                continue
-            assert geo.contains(ins[s], b) and geo.contains(ob, b) and geo.volume(b) == counts[s, d]
-            assert (mine[box_slices(b)] == -1).all()
-            mine[box_slices(b)] = s
+            boxes = parts(s, d)
+            assert sum(geo.volume(b) for b in boxes) == counts[s, d]
+            for b in boxes:
+                assert not geo.is_empty(b) and geo.contains(ins[s], b) and geo.contains(ob, b)
+                assert (mine[box_slices(b)] == -1).all()
+                mine[box_slices(b)] = s
         inside = np.zeros(gshape, bool)
         inside[box_slices(ob)] = True
         assert (mine[inside] == first[inside]).all() and (mine[~inside] == -1).all()
 
 
-def test_sources_need_a_box_per_pair_only():
-    # rank 1 holds everything around rank 0's box: its own part has a hole, but what it sends to
-    # each output is a box (nothing to rank 0, row 0 to rank 1)
+def test_sources_with_holes_and_notches():
+    # rank 1 holds everything around rank 0's box: nothing of it goes to rank 0's copy of that box,
+    # row 0 goes to rank 1 as one box
     ins = [((1, 1), (3, 3)), ((0, 0), (4, 4))]
-    counts, part, cut = geo.sources(ins, [((1, 1), (3, 3)), ((0, 0), (1, 4))])
-    assert cut is None and part(1, 0) is None and part(0, 0) == ins[0] and part(1, 1) == ((0, 0), (1, 4))
+    counts, parts = geo.sources(ins, [((1, 1), (3, 3)), ((0, 0), (1, 4))])
+    assert parts(1, 0) == () and parts(0, 0) == (ins[0],) and parts(1, 1) == (((0, 0), (1, 4)),)
     assert counts.tolist() == [[4, 0], [0, 4]]
-    # an output straddling the hole: rank 1's part of it is a frame, not a box
-    counts, part, cut = geo.sources(ins, [((0, 0), (4, 4)), ((0, 0), (0, 0))])
-    assert cut == (1, 0, 0) and part is None
-    # a notch cut by two lower boxes that together leave a box
-    counts, part, cut = geo.sources([((0,), (4,)), ((6,), (10,)), ((0,), (8,))], [((0,), (10,))] * 3)
-    assert cut is None and part(2, 1) == ((4,), (6,)) and counts[:, 0].tolist() == [4, 4, 2]
+    # an output straddling the hole: rank 1 sends the frame around it as several boxes
+    counts, parts = geo.sources(ins, [((0, 0), (4, 4)), ((0, 0), (0, 0))])
+    frame = parts(1, 0)
+    assert len(frame) > 1 and sum(geo.volume(b) for b in frame) == 12 == counts[1, 0]
+    assert all(geo.intersect(b, ins[0]) is None for b in frame)
+    # a notch cut by two lower boxes that together leave a box: one box
+    counts, parts = geo.sources([((0,), (4,)), ((6,), (10,)), ((0,), (8,))], [((0,), (10,))] * 3)
+    assert parts(2, 1) == (((4,), (6,)),) and counts[:, 0].tolist() == [4, 4, 2]
 
 
 @settings(max_examples=200, **SETTINGS)

@@ -157,6 +157,9 @@ def engine_cases():
             for lo, hi in slab(g3, 1)]
     cases.append(dict(name="halo", g=g3, ib=slab(g3, 0), ob=halo, it=8, t="auto"))
     cases.append(dict(name="replicated", g=g3, ib=[full] * P, ob=slab(g3, 2), it=8, t="auto"))
+    nest = [((1, 1, 1), (5, 6, 4)), ((6, 0, 2), (11, 4, 8)), ((0, 7, 0), (3, 10, 3))][: P - 1] + [full]
+    for t in ("auto", "put"):  # the last rank sends several boxes per peer (around the others' boxes)
+        cases.append(dict(name=f"several-boxes-{t}", g=g3, ib=nest, ob=[full] * P, it=8, t=t))
     for k in range(4):
         g = tuple(int(x) for x in rng.integers(2, 8, int(rng.integers(1, 5))))
         label, ib, ob = overlap_boxes(g, P, rng)

@@ -117,6 +117,14 @@ def matrix(seed):
         label, ib, ob = helpers.overlap_boxes(shape, P, rng)
         run_case(shape, dtypes[k % len(dtypes)], Box(*ib[rank]), Box(*ob[rank]), "CFP"[k % 3],
                  f"overlap {label} {shape} #{k}", {"allow_overlap": True, "host_method": methods[k % len(methods)]})
+    # replicated input with holes: the last rank holds everything around the others' boxes
+    if P > 1:
+        g3 = (6, 7, 5)
+        nest = [Box((1, 1, 1), (3, 5, 4)), Box((3, 0, 2), (5, 3, 5)), Box((0, 4, 0), (2, 7, 2))][: P - 1]
+        mine = nest[rank] if rank < P - 1 else Box((0, 0, 0), g3)
+        for k, method in enumerate(["auto", "hybrid", "datatype", "pack", "push"]):
+            run_case(g3, np.float64, mine, Slab(1) if k % 2 else Box((0, 0, 0), g3), "CFP"[k % 3],
+                     f"several boxes per pair, {method}", {"allow_overlap": True, "host_method": method})
     # allgather of a padded (strided) operand through staging: one pack serves every peer
     g3 = (7, 6, 5)
     for method in ("pack", "hybrid"):
