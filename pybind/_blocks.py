@@ -197,7 +197,8 @@ class BlockCyclic(Distribution):
         if len(self._grid.shape) > len(g):
             raise InvalidValueError(f"{self} has a {len(self._grid.shape)}-D grid but the array is {len(g)}-D")
 
-    def shape(self, rank=None, global_shape=None, *, nranks=None) -> tuple[int, ...]:
+    def shape(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
+              nranks: int | None = None) -> tuple[int, ...]:
         g = self._bound_shape(global_shape)
         rank, nranks = self._check_rank(rank, nranks)
         self._check_grid(g, nranks)
@@ -207,7 +208,8 @@ class BlockCyclic(Distribution):
             out[d] = _local_extent(g[d], self._block_sizes[d], i, self._first[d], n)
         return tuple(out)
 
-    def box(self, rank=None, global_shape=None, *, nranks=None) -> Box:
+    def box(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
+            nranks: int | None = None) -> Box:
         """Process ``rank``'s part as one Box; InvalidTypeError when an axis deals it several
         blocks (a cyclic layout is not a box)."""
         g = self._bound_shape(global_shape)
@@ -237,7 +239,9 @@ class BlockCyclic(Distribution):
             d._local_shape = None if self._local_shape is None else self._local_shape + (1,) * k
         return d
 
-    def to(self, cls, /, *, ndim=None, copy=False, rank=None, global_shape=None, nranks=None) -> Distribution:
+    def to(self, cls: type[Distribution], /, *, ndim: int | None = None, copy: bool = False,
+           rank: int | None = None, global_shape: Sequence[int] | None = None,
+           nranks: int | None = None) -> Distribution:
         """Convert to ``BlockCyclic`` (raise ndim), ``Slab`` (bound; one split axis whose block
         size is its extent / processes) or ``Box`` (through Slab)."""
         _check_target(cls)
@@ -311,10 +315,12 @@ class BlockNonCyclic(BlockCyclic):
 
     __str__ = __repr__
 
-    def shape(self, rank=None, global_shape=None, *, nranks=None) -> tuple[int, ...]:
+    def shape(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
+              nranks: int | None = None) -> tuple[int, ...]:
         return self.box(rank, global_shape, nranks=nranks).box_shape
 
-    def box(self, rank=None, global_shape=None, *, nranks=None) -> Box:
+    def box(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
+            nranks: int | None = None) -> Box:
         g = self._bound_shape(global_shape)
         rank, nranks = self._check_rank(rank, nranks)
         self._check_grid(g, nranks)
@@ -324,7 +330,9 @@ class BlockNonCyclic(BlockCyclic):
             lo[d], hi[d] = _split(g[d], n, i)
         return Box(lo, hi)
 
-    def to(self, cls, /, *, ndim=None, copy=False, rank=None, global_shape=None, nranks=None) -> Distribution:
+    def to(self, cls: type[Distribution], /, *, ndim: int | None = None, copy: bool = False,
+           rank: int | None = None, global_shape: Sequence[int] | None = None,
+           nranks: int | None = None) -> Distribution:
         """Convert to ``BlockNonCyclic``/``BlockCyclic`` (raise ndim), ``Box`` (needs a global
         shape) or ``Slab`` (grid split along one axis only)."""
         _check_target(cls)

@@ -171,7 +171,7 @@ class Distribution(ABC):
             raise InvalidValueError(f"This is not a valid process rank: got rank={rank} with nranks={nranks}")
         return rank, nranks
 
-    def _bound_shape(self, global_shape) -> tuple[int, ...]:
+    def _bound_shape(self, global_shape: Sequence[int] | None) -> tuple[int, ...]:
         bound = self._global_shape
         if global_shape is None:
             if bound is None:
@@ -251,11 +251,13 @@ class Box(Distribution):
 
     __str__ = __repr__
 
-    def box(self, rank=None, global_shape=None, *, nranks=None) -> Box:
+    def box(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
+            nranks: int | None = None) -> Box:
         """The box itself (a Box is what the *calling* process holds)."""
         return self
 
-    def shape(self, rank=None, global_shape=None, *, nranks=None) -> tuple[int, ...]:
+    def shape(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
+              nranks: int | None = None) -> tuple[int, ...]:
         """This process's shape. A Box knows only its own process's box: ``rank`` other than
         this process's raises RuntimeError (as nvmath-python does)."""
         if rank is not None:
@@ -264,7 +266,7 @@ class Box(Distribution):
                 raise InvalidStateError("Can't calculate local shape of peer process with Box distribution")
         return self.box_shape
 
-    def _bind(self, global_shape, *, shape=None) -> Box:
+    def _bind(self, global_shape: Sequence[int], *, shape: Sequence[int] | None = None) -> Box:
         if self._bound:
             raise BindDistributionError(f"{self} is already bound")
         if shape is not None and tuple(shape) != self.box_shape:
@@ -274,7 +276,7 @@ class Box(Distribution):
         self._global_shape, self._local_shape = _shape(global_shape), self.box_shape
         return self
 
-    def to(self, cls, /, *, ndim=None, copy=False) -> Box:
+    def to(self, cls: type[Distribution], /, *, ndim: int | None = None, copy: bool = False) -> Box:
         """``Box.to(Box, ndim=n)`` appends axes of extent 1 (lower 0, upper 1)."""
         _check_target(cls)
         n = _check_ndim_arg(ndim, self.ndim)
@@ -351,7 +353,8 @@ class Slab(Distribution):
     def _adopt_ndim(self, ndim: int) -> None:
         self._ndim = ndim
 
-    def box(self, rank=None, global_shape=None, *, nranks=None) -> Box:
+    def box(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
+            nranks: int | None = None) -> Box:
         g = self._bound_shape(global_shape)
         if self._p >= len(g):
             raise InvalidValueError(f"{self} can't split axis {self._p} of a {len(g)}-D array of shape {g}")
@@ -362,7 +365,9 @@ class Slab(Distribution):
         lo[self._p], hi[self._p] = _split(g[self._p], nranks, rank)
         return Box(lo, hi)
 
-    def to(self, cls, /, *, ndim=None, copy=False, rank=None, global_shape=None, nranks=None) -> Distribution:
+    def to(self, cls: type[Distribution], /, *, ndim: int | None = None, copy: bool = False,
+           rank: int | None = None, global_shape: Sequence[int] | None = None,
+           nranks: int | None = None) -> Distribution:
         """Convert to ``Slab`` (set or raise ndim), the ``BlockCyclic`` family (a
         :class:`BlockNonCyclic` on a 1-D grid along the partition axis) or ``Box`` (needs a
         global shape: bound, or given)."""

@@ -12,9 +12,11 @@ Strides of any sign are accepted (``a[::-1]``); dtypes that hold pointers (``obj
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from .engine import geometry as geo
 from .engine.buffer import Buffer
@@ -34,8 +36,19 @@ class RawArray:
     __slots__ = ("ptr", "shape", "strides", "itemsize", "memory", "device_id", "owner", "dtype", "readonly",
                  "__weakref__")
 
-    def __init__(self, ptr: int, shape, strides=None, itemsize: int = 1, *, memory: str = "cpu",
-                 device_id: int | None = None, owner=None, order: str = "C", dtype=None, readonly: bool = False):
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    itemsize: int
+    memory: str
+    device_id: int | None
+    owner: object
+    dtype: np.dtype
+    readonly: bool
+
+    def __init__(self, ptr: int, shape: Sequence[int], strides: Sequence[int] | None = None, itemsize: int = 1, *,
+                 memory: str = "cpu", device_id: int | None = None, owner: object = None, order: str = "C",
+                 dtype: npt.DTypeLike | None = None, readonly: bool = False) -> None:
         self.ptr = int(ptr)
         self.shape = tuple(int(v) for v in shape)
         self.strides = tuple(int(v) for v in strides) if strides is not None else geo.dense_strides(self.shape, order)
@@ -46,7 +59,7 @@ class RawArray:
         self.dtype = np.dtype(dtype) if dtype is not None else np.dtype((np.void, self.itemsize))
         self.readonly = bool(readonly)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"RawArray(ptr=0x{self.ptr:x}, shape={self.shape}, strides={self.strides}, "
                 f"itemsize={self.itemsize}, memory={self.memory!r})")
 
