@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 _SIGNAL_ADD = 10  # NVSHMEM_SIGNAL_ADD (nvshmem.bindings.Signal_op.SIGNAL_ADD)
+#: out= layout variants kept per executable (least recently used ones beyond are freed, collectively)
+LAYOUTS = 4
 
 __all__ = ["CudaExecutable"]
 
@@ -104,7 +106,7 @@ class CudaExecutable:
         self._want: tuple[int, ...] | None = None  # this rank's out= strides when not the planned ones
         self._mine: tuple[int, ...] | None = None  # this rank's entry in the active layout
         self._relower = relower  # (reach, transport, signal) of lower(): variants are lowered alike
-        self._shares_result = bool(shared_result)
+        self._shares_result = bool(shared_result)  # a variant: its base owns the result and retires it all
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
         # rank), then the local set-up, agreed as a whole, then NVSHMEM's warm-up (collective)
         self.result_ptr = shared_result or rt.sym_alloc(ll.result_bytes, owner="engine")
@@ -309,8 +311,8 @@ class CudaExecutable:
         return self.rt.heap_offset(self.result_ptr if buf is None else buf.ptr)
 
     def release_input(self) -> None:
-        if self._active is not self:
-            self._active.release_input()
+        for v in self._variants.values():
+            v.release_input()
         self._in_owner = None
         self._bound = False
 
@@ -418,12 +420,18 @@ class CudaExecutable:
         if all(st is None for st in layout):
             exe = self
         else:
-            exe = self._variants.get(layout)
+            exe = self._variants.pop(layout, None)
             if exe is None:
-                exe = self._variants[layout] = self._variant(layout)
+                exe = self._variant(layout)
+            self._variants[layout] = exe  # most recently used last
+            if len(self._variants) > LAYOUTS:  # the same history, so the same eviction, on every rank
+                old = self._variants.pop(next(iter(self._variants)))
+                old.free()
             exe.rebind_input(self._in_ptr, self._in_owner)
             exe._set_delta(self._out_delta)
             exe._bound = self._bound
+        if self._active is not self and self._active is not exe:
+            self._active._in_owner = None  # an inactive variant keeps no operand alive
         self._active = exe
         self._mine = layout[self.rt.rank]
 
@@ -479,6 +487,9 @@ class CudaExecutable:
 
         A parent graph that embeds it as a child node gets a copy: later rebinds don't reach it.
         """
+        if self._want != self._mine:
+            raise InvalidStateError("graph(): an out= of other strides is bound but not yet agreed on: call execute() "
+                                    "once first (it lowers the exchange for that layout)")
         if self._active is not self:
             return self._active.graph(stream)
         if self._freed:
@@ -498,10 +509,10 @@ class CudaExecutable:
             ge.destroy()
 
     def release_workspace(self) -> None:
-        """Collective: free the symmetric staging (put transport); re-made by the next execute."""
-        if self._active is not self:
-            self._active.release_workspace()
-            return
+        """Collective: free the symmetric staging (put transport) of every layout variant too;
+        re-made by the next execute that needs it."""
+        for v in self._variants.values():  # the same variants, in the same order, on every rank
+            v.release_workspace()
         if self._freed or not (self._send or self._recv):
             return
         self.rt.synchronize()  # no in-flight graph may still use the staging
@@ -565,17 +576,23 @@ class CudaExecutable:
         # defers its destruction while it runs); symmetric memory and tables, whose release must
         # wait for the GPU and (symmetric) for every rank, go to the runtime, which frees them
         # at its next collective point once every rank has dropped this executable.
+        # A layout variant leaves all of that to its base, which retires the variants' memory with its
+        # own under one serial (finalizers in a garbage cycle run in no agreed order).
         try:
-            if getattr(self, "_freed", True) or self.rt.stopped:
+            if getattr(self, "_freed", True) or self.rt.stopped or self._shares_result:
                 return
-            self._freed = True
-            self._bound = False
-            self._check.free()
-            self._destroy_exec()
-            sym = [p for p in (self._send, self._recv, self._ctl) if p]
-            if self.result_ptr and not self._detached and not self._shares_result:
+            sym: list[int] = []
+            dev: list[int] = []
+            for exe in (*self._variants.values(), self):  # the same order on every rank
+                exe._freed = True
+                exe._bound = False
+                exe._check.free()
+                exe._destroy_exec()
+                sym += [p for p in (exe._send, exe._recv, exe._ctl) if p]
+                dev += [k.table_ptr for k in exe._kernels.values()] + exe._protos
+            if self.result_ptr and not self._detached:
                 sym.append(self.result_ptr)
-            self.rt.retire(self.serial, sym, [k.table_ptr for k in self._kernels.values()] + self._protos)
+            self.rt.retire(self.serial, sym, dev)
         except Exception:  # noqa: BLE001, S110 -- never raise from a finalizer
             pass
 

@@ -950,3 +950,39 @@ def test_heap_limit_is_checked_before_nvshmem_malloc(monkeypatch):
     assert Runtime._heap_problem(fake, 1 << 20) is None
     monkeypatch.setenv("X_SIZE", "3.1M")
     assert _env_size("X_SIZE", 0) == 3250586
+
+
+def test_dropped_executable_retires_every_layout_variant_under_one_serial():
+    """An executable with out= layout variants, garbage-collected without free(): the base retires
+    its variants' memory with its own, in one list whatever order the finalizers run in (a rank
+    whose list differed would free different symmetric memory than its peers)."""
+    import threading
+    import types
+
+    from redist.engine.cuda.executable import CudaExecutable
+    from redist.engine.cuda.runtime import Runtime
+
+    class FakeRuntime:
+        stopped = False
+        retire = Runtime.retire
+
+        def __init__(self):
+            self._retired, self._retired_lock = {}, threading.Lock()
+
+    def executable(rt, send, recv, ctl, result, shares):
+        e = object.__new__(CudaExecutable)
+        e.__dict__.update(_freed=False, rt=rt, _bound=True, _check=types.SimpleNamespace(free=lambda: None),
+                          _exec=None, _kernels={}, _protos=[], _send=send, _recv=recv, _ctl=ctl, result_ptr=result,
+                          _detached=False, _shares_result=shares, serial=7, _variants={})
+        return e
+
+    lists = []
+    for variant_first in (True, False):
+        rt = FakeRuntime()
+        base = executable(rt, 0x100, 0x200, 0x300, 0x400, False)
+        variant = executable(rt, 0x500, 0x600, 0x700, 0x400, True)
+        base._variants = {((4, 1),): variant}
+        for e in (variant, base) if variant_first else (base, variant):
+            e.__del__()
+        lists.append(rt._retired)
+    assert lists[0] == lists[1] == {7: ([0x500, 0x600, 0x700, 0x100, 0x200, 0x300, 0x400], [])}

@@ -10,11 +10,13 @@ ranks; rank 0 prints ALL OK when every rank passed. One rank per GPU (device = l
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
 import time
 import traceback
+import weakref
 
 import numpy as np
 from mpi4py import MPI
@@ -466,6 +468,28 @@ def run_api(fails: Fails):
                     cp.cuda.get_current_stream().synchronize()
                     check(f"reversed {transport} #{k}", cp.asnumpy(rev), glob[osl])
                     check(f"engine-owned after strided {transport} #{k}", cp.asnumpy(r.execute()), glob[osl])
+                # more stride patterns than the executable keeps (LRU: the oldest is freed, collectively)
+                other = redist.allocate_symmetric_memory(tuple(x + 4 for x in g), "cupy", dtype=np.float64,
+                                                         make_symmetric=True)
+                views = [big[1:1 + n[0], 1:1 + n[1], 1:1 + n[2]], big[g[0]:0:-1, 1:1 + n[1], 1:1 + n[2]],
+                         big[1:1 + n[0], 1:1 + n[1], g[2]:0:-1], big[g[0]:0:-1, 1:1 + n[1], g[2]:0:-1],
+                         other[2:2 + n[0], 2:2 + n[1], 2:2 + n[2]]]
+                for rep in range(2):
+                    for i, view in enumerate(views):
+                        r.execute(out=view)
+                        cp.cuda.get_current_stream().synchronize()
+                        check(f"layout {i} {transport} round {rep}", cp.asnumpy(view), glob[osl])
+                # release_operand drops every reference to the operand, in every layout variant
+                b = cp.asarray(glob[isl])
+                ref = weakref.ref(b)
+                r.reset_operand(b)
+                r.execute(out=views[0])
+                r.release_operand()
+                del b
+                gc.collect()
+                assert ref() is None, "the released operand is still referenced"
+                r.reset_operand(a)
+            redist.free_symmetric_memory(other)
             redist.free_symmetric_memory(big)
 
     def torch_basic():
