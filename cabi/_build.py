@@ -44,8 +44,7 @@ extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, 
                                           const int64_t *, const int64_t *, const int64_t *, int64_t,
                                           int32_t, int32_t, uintptr_t, const redist_options_t *);
 extern "Python" int32_t _redist_py_plan(intptr_t, uintptr_t);
-extern "Python" int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, uintptr_t *);
-extern "Python" int32_t _redist_py_execute_strided(intptr_t, uintptr_t, uintptr_t, const int64_t *, uintptr_t *);
+extern "Python" int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, const int64_t *, uintptr_t *);
 extern "Python" int32_t _redist_py_reset_operand(intptr_t, uintptr_t);
 extern "Python" int32_t _redist_py_reset_operand_unchecked(intptr_t, uintptr_t);
 extern "Python" int32_t _redist_py_release_operand(intptr_t);

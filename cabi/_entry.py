@@ -335,22 +335,15 @@ def _plan(hid, stream):
     return 0
 
 
-def _execute(hid, stream, out, result_p):
+def _execute(hid, stream, out, strides, result_p):
+    """redist_execute and redist_execute_strided (``strides`` NULL: a dense out; errors say redist_execute)."""
     h = _handles.get(hid) or _lookup(hid)
     if not out:
         res = h.r.execute(stream=stream or None)
-    else:
+    elif not strides:
         res = h.r.execute(stream=stream or None, out=h._outs.get(out) or h.out(out))
-    result_p[0] = res.ptr
-    return 0
-
-
-def _execute_strided(hid, stream, out, strides, result_p):
-    h = _handles.get(hid) or _lookup(hid)
-    if not out:
-        res = h.r.execute(stream=stream or None)
     else:
-        st = tuple(int(v) for v in _ffi.unpack(strides, len(h.out_shape))) if strides else None
+        st = tuple(int(v) for v in _ffi.unpack(strides, len(h.out_shape)))
         res = h.r.execute(stream=stream or None, out=h.out(out, st))
     result_p[0] = res.ptr
     return 0
@@ -398,7 +391,6 @@ _BODIES = {
     "_redist_py_create": _create,
     "_redist_py_plan": _plan,
     "_redist_py_execute": _execute,
-    "_redist_py_execute_strided": _execute_strided,
     "_redist_py_reset_operand": _reset_operand,
     "_redist_py_reset_operand_unchecked": _reset_operand_unchecked,
     "_redist_py_release_operand": _release_operand,

@@ -64,8 +64,7 @@ static int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int
                                  const int64_t *, const int64_t *, int64_t, int32_t, int32_t, uintptr_t,
                                  const redist_options_t *);
 static int32_t _redist_py_plan(intptr_t, uintptr_t);
-static int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, uintptr_t *);
-static int32_t _redist_py_execute_strided(intptr_t, uintptr_t, uintptr_t, const int64_t *, uintptr_t *);
+static int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, const int64_t *, uintptr_t *);
 static int32_t _redist_py_reset_operand(intptr_t, uintptr_t);
 static int32_t _redist_py_reset_operand_unchecked(intptr_t, uintptr_t);
 static int32_t _redist_py_release_operand(intptr_t);
@@ -269,13 +268,7 @@ CFFI_DLLEXPORT redist_status_t redist_plan(redist_t handle, void *stream)
 
 CFFI_DLLEXPORT redist_status_t redist_execute(redist_t handle, void *stream, void *out, void **result)
 {
-    uintptr_t res = 0;
-    int32_t st;
-    REDIST_ENSURE_PYTHON();
-    st = _redist_py_execute((intptr_t)handle, (uintptr_t)stream, (uintptr_t)out, &res);
-    if (result != NULL)
-        *result = st == REDIST_SUCCESS ? (void *)res : NULL;
-    return (redist_status_t)st;
+    return redist_execute_strided(handle, stream, out, NULL, result); /* NULL strides: dense */
 }
 
 CFFI_DLLEXPORT redist_status_t redist_execute_strided(redist_t handle, void *stream, void *out,
@@ -284,7 +277,7 @@ CFFI_DLLEXPORT redist_status_t redist_execute_strided(redist_t handle, void *str
     uintptr_t res = 0;
     int32_t st;
     REDIST_ENSURE_PYTHON();
-    st = _redist_py_execute_strided((intptr_t)handle, (uintptr_t)stream, (uintptr_t)out, out_strides, &res);
+    st = _redist_py_execute((intptr_t)handle, (uintptr_t)stream, (uintptr_t)out, out_strides, &res);
     if (result != NULL)
         *result = st == REDIST_SUCCESS ? (void *)res : NULL;
     return (redist_status_t)st;

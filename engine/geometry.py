@@ -34,6 +34,7 @@ __all__ = [
     "intersect",
     "contains",
     "bounding_box",
+    "normal_order",
     "dense_strides",
     "region_offset",
     "pairwise_overlap",
@@ -120,6 +121,15 @@ def axis_order(order: str | Sequence[int], ndim: int) -> tuple[int, ...]:
     if sorted(perm) != list(range(ndim)):
         raise ValueError(f"order {perm} is not a permutation of the {ndim} axes (0..{ndim - 1})")
     return perm
+
+
+def normal_order(order: str | Sequence[int], ndim: int) -> str | tuple[int, ...]:
+    """One name for one layout: "C"/"F" for the identity/reversed permutation, else the permutation
+    (ValueError as :func:`axis_order`)."""
+    perm = axis_order(order, ndim)
+    if isinstance(order, str):
+        return order
+    return "C" if perm == tuple(range(ndim)) else "F" if perm == tuple(range(ndim - 1, -1, -1)) else perm
 
 
 def dense_strides(shape: Sequence[int], order: str | Sequence[int] = "C") -> tuple[int, ...]:

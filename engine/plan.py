@@ -389,14 +389,7 @@ def make_plan(
     out_boxes = tuple(geo.as_box(*b) for b in out_boxes)
     counts, parts = geo.sources(in_boxes, out_boxes)  # replicated inputs: the lowest holder sends
     ndim = len(in_boxes[0][0])
-    if not isinstance(out_order, str):
-        out_order = geo.axis_order(out_order, ndim)
-        if out_order == tuple(range(ndim)):
-            out_order = "C"  # one name for one layout
-        elif out_order == tuple(range(ndim - 1, -1, -1)):
-            out_order = "F"
-    else:
-        geo.axis_order(out_order, ndim)  # ValueError for anything but "C" / "F"
+    out_order = geo.normal_order(out_order, ndim)
     in_shapes = [geo.box_shape(b) for b in in_boxes]
     out_shapes = [geo.box_shape(b) for b in out_boxes]
     strides = [

@@ -21,7 +21,7 @@ from ._options import RedistributeOptions
 from ._streams import current_stream, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
-from .engine.geometry import axis_order
+from .engine.geometry import axis_order, normal_order
 from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .engine.plan import make_plan
 from .engine.validate import RankSpec, check_boxes, check_operands, consensus_order, raise_first
@@ -120,7 +120,7 @@ class Redistribute(Generic[ArrayT]):
             opts = self._options_class.coerce(options)
             op = wrap(operand)
             if isinstance(opts.result_layout, tuple) and len(opts.result_layout) == len(op.shape):
-                opts.result_layout = _normal_order(opts.result_layout)  # (0, 1, 2) and "C" agree: one layout
+                opts.result_layout = normal_order(opts.result_layout, len(op.shape))  # (0, 1, 2) and "C" agree
             spec = RankSpec(
                 rank=rank, ndim=len(op.shape), dtype=op.dtype_key, itemsize=op.itemsize, package=op.package,
                 memory=op.memory, layouts=op.layouts(), shape=op.shape, strides=op.strides,
@@ -150,7 +150,7 @@ class Redistribute(Generic[ArrayT]):
         self._template = _template(op)
         self._in_boxes, self._out_boxes = in_boxes, out_boxes
         self._all_strides = [s.strides for s in specs]
-        self._out_order = _normal_order(rl) if isinstance(rl, tuple) else consensus_order(specs)
+        self._out_order = rl if isinstance(rl, tuple) else consensus_order(specs)  # a tuple is a true permutation
         self._ctor_stream = ctor_stream
         self._result = None
         self._out = None  # the out= object bound now (None: the engine-owned result)
@@ -497,12 +497,6 @@ class Redistribute(Generic[ArrayT]):
     def __repr__(self):
         st = self._state.name if self._state is not None else "INVALID"
         return f"<redist.Redistribute {st} backend={getattr(self, '_backend', '?')}>"
-
-
-def _normal_order(perm: tuple[int, ...]) -> str | tuple[int, ...]:
-    """"C"/"F" for the identity/reversed permutation (one name for one layout), else ``perm``."""
-    n = len(perm)
-    return "C" if perm == tuple(range(n)) else ("F" if perm == tuple(range(n - 1, -1, -1)) else perm)
 
 
 def _fmt_global(boxes) -> str:

@@ -121,7 +121,7 @@ def overlap_boxes(gshape, nranks: int, rng: np.random.Generator) -> tuple[str, l
 
     def grown(boxes, g):
         return [(tuple(max(0, l - g) for l in lo), tuple(min(n, h + g) for h, n in zip(hi, gshape)))
-                if any(h > l for l, h in zip(lo, hi)) and all(h > l for l, h in zip(lo, hi)) else (lo, hi)
+                if all(h > l for l, h in zip(lo, hi)) else (lo, hi)
                 for lo, hi in boxes]
 
     def sub_box():

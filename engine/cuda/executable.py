@@ -232,8 +232,10 @@ class CudaExecutable:
 
     def rebind_input(self, ptr: int, owner: object = None) -> None:
         """Point every kernel that reads the operand at ``ptr`` (kernel-node update; never re-capture)."""
-        if self._active is not self:
+        if self._active is not self:  # a layout variant runs: only its nodes change (this one's on a switch back)
             self._active.rebind_input(ptr, owner)
+            self._bound = not self._freed
+            return
         self._in_owner = owner
         self._bound = not self._freed
         if ptr == self._in_ptr:
@@ -256,10 +258,7 @@ class CudaExecutable:
         Strides other than the planned ones take effect at the next execute, once agreed.
         """
         self._want = None if buf is None or buf.is_dense(self.plan.out_strides) else tuple(buf.strides)
-        delta = 0 if buf is None else buf.ptr - self.result_ptr
-        if self._active is not self:
-            self._active._set_delta(delta)
-        self._set_delta(delta)
+        self._active._set_delta(0 if buf is None else buf.ptr - self.result_ptr)  # the running one's nodes only
 
     def _set_delta(self, delta: int) -> None:
         if delta == self._out_delta:
@@ -318,7 +317,7 @@ class CudaExecutable:
 
     @property
     def output_ptr(self) -> int:
-        return self.result_ptr + self._out_delta
+        return self.result_ptr + self._active._out_delta
 
     # -- execution ------------------------------------------------------------------------------
 
@@ -416,7 +415,10 @@ class CudaExecutable:
 
     def _switch(self, layout: tuple) -> None:
         """Collective (every rank, the same ``layout``): run the variant lowered for ``layout``,
-        every rank's out= strides (None: the planned ones), lowering it the first time."""
+        every rank's out= strides (None: the planned ones), lowering it the first time. The one
+        that ran so far holds the current operand and out= offset: the next one takes them over."""
+        old = self._active
+        ptr, owner, delta = old._in_ptr, old._in_owner, old._out_delta
         if all(st is None for st in layout):
             exe = self
         else:
@@ -425,14 +427,13 @@ class CudaExecutable:
                 exe = self._variant(layout)
             self._variants[layout] = exe  # most recently used last
             if len(self._variants) > LAYOUTS:  # the same history, so the same eviction, on every rank
-                old = self._variants.pop(next(iter(self._variants)))
-                old.free()
-            exe.rebind_input(self._in_ptr, self._in_owner)
-            exe._set_delta(self._out_delta)
-            exe._bound = self._bound
-        if self._active is not self and self._active is not exe:
-            self._active._in_owner = None  # an inactive variant keeps no operand alive
+                self._variants.pop(next(iter(self._variants))).free()
         self._active = exe
+        exe.rebind_input(ptr, owner)
+        exe._set_delta(delta)
+        exe._bound = self._bound
+        if old is not exe:
+            old._in_owner = None  # an inactive variant (or base) keeps no operand alive
         self._mine = layout[self.rt.rank]
 
     def _variant(self, layout: tuple) -> CudaExecutable:
