@@ -456,3 +456,143 @@ def make_plan(
         max_recv_staging_bytes=int(recv_totals.max()) if nranks else 0,
         key=key,
     )
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """Several *fields* (arrays of the same boxes, each with its own element size and strides)
+    moved in one exchange. Build it with :func:`fuse`.
+
+    ``fields[f]`` is field f's own :class:`Plan` (the same rank, boxes, order of axes and
+    transfers for every field). The staging of the exchange is fused: a pair of ranks has one
+    slot holding every field's part one after another, each part ``STAGING_ALIGN``-aligned, so a
+    packing backend sends one message per peer and a GPU graph one put. ``send_parts[i][f]`` /
+    ``recv_parts[i][f]`` are where field f's part of send / receive i starts in its slot (bytes;
+    the same on both sides: it depends on the element counts and sizes only).
+    """
+
+    fields: tuple[Plan, ...]
+    send_offsets: tuple[int, ...]
+    recv_offsets: tuple[int, ...]
+    remote_offsets: tuple[int, ...]
+    send_parts: tuple[tuple[int, ...], ...]
+    recv_parts: tuple[tuple[int, ...], ...]
+    send_staging_bytes: int
+    recv_staging_bytes: int
+    max_send_staging_bytes: int
+    max_recv_staging_bytes: int
+    key: str = field(compare=False)
+
+    @property
+    def first(self) -> Plan:
+        return self.fields[0]
+
+    @property
+    def nfields(self) -> int:
+        return len(self.fields)
+
+    @property
+    def rank(self) -> int:
+        return self.first.rank
+
+    @property
+    def nranks(self) -> int:
+        return self.first.nranks
+
+    @property
+    def ndim(self) -> int:
+        return self.first.ndim
+
+    @property
+    def in_boxes(self) -> tuple[BoxT, ...]:
+        return self.first.in_boxes
+
+    @property
+    def out_boxes(self) -> tuple[BoxT, ...]:
+        return self.first.out_boxes
+
+    @property
+    def out_box(self) -> BoxT:
+        return self.first.out_box
+
+    @property
+    def itemsizes(self) -> tuple[int, ...]:
+        return tuple(p.itemsize for p in self.fields)
+
+    @property
+    def send_bytes(self) -> dict[int, int]:
+        """Payload bytes per destination peer, every field (remote only)."""
+        return {t.dst: sum(p.sends[i].nbytes for p in self.fields) for i, t in enumerate(self.first.sends)}
+
+    @property
+    def recv_bytes(self) -> dict[int, int]:
+        """Payload bytes per source peer, every field (remote only)."""
+        return {t.src: sum(p.recvs[i].nbytes for p in self.fields) for i, t in enumerate(self.first.recvs)}
+
+    def retarget(self, out_strides: Sequence[Sequence[int]]) -> FusedPlan:
+        """Every field's :meth:`Plan.retarget` (``out_strides[f]``: field f's output strides)."""
+        return replace(self, fields=tuple(p.retarget(st) for p, st in zip(self.fields, out_strides)))
+
+    def retarget_all(self, out_strides: Sequence[Sequence[Sequence[int]]]) -> FusedPlan:
+        """Every field's :meth:`Plan.retarget_all` (``out_strides[f][r]``: field f's strides on rank r)."""
+        return replace(self, fields=tuple(p.retarget_all(st) for p, st in zip(self.fields, out_strides)))
+
+    def describe(self) -> str:
+        """The fields' plans, then the fused staging (one slot per peer, every field's part in it)."""
+        lines = [f"Fused plan: {self.nfields} field(s), element sizes {list(self.itemsizes)} B, one exchange; "
+                 f"staging send={self.send_staging_bytes} B recv={self.recv_staging_bytes} B (max over ranks: "
+                 f"send={self.max_send_staging_bytes} B recv={self.max_recv_staging_bytes} B)"]
+        for t, off, roff, parts in zip(self.first.sends, self.send_offsets, self.remote_offsets, self.send_parts):
+            lines.append(f"  send {t.src}->{t.dst}: one slot @{off} -> peer @{roff}, field parts at {list(parts)}")
+        for t, off, parts in zip(self.first.recvs, self.recv_offsets, self.recv_parts):
+            lines.append(f"  recv {t.src}->{t.dst}: one slot @{off}, field parts at {list(parts)}")
+        for f, p in enumerate(self.fields):
+            lines.append(f"  field {f}: " + p.describe().replace("\n", "\n    "))
+        return "\n".join(lines)
+
+
+def _aligned(n) -> np.ndarray | int:
+    return -(-n // STAGING_ALIGN) * STAGING_ALIGN
+
+
+def fuse(plans: Sequence[Plan]) -> FusedPlan:
+    """One exchange for the fields ``plans`` (every one made by :func:`make_plan` for the same
+    rank, boxes and ``out_order``; element sizes and operand strides may differ).
+
+    A single plan fuses to its own staging layout (the same offsets), so backends may lower
+    every plan as a :class:`FusedPlan`.
+    """
+    plans = tuple(plans)
+    if not plans:
+        raise ValueError("fuse() needs at least one plan")
+    first = plans[0]
+    for f, p in enumerate(plans[1:], 1):
+        if (p.rank, p.in_boxes, p.out_boxes, p.out_order) != (first.rank, first.in_boxes, first.out_boxes,
+                                                              first.out_order):
+            raise ValueError(f"field {f}'s plan has other boxes, rank or order of axes than field 0's")
+    counts, _ = geo.sources(first.in_boxes, first.out_boxes)
+    np.fill_diagonal(counts, 0)
+    parts = [_aligned(counts * p.itemsize) for p in plans]  # per field, per pair: the aligned part
+    slot = sum(parts)
+    starts = np.cumsum(parts, axis=0) - parts  # per field, per pair: where its part starts in the slot
+    recv_starts = np.cumsum(slot, axis=0) - slot
+    me = first.rank
+    send_offsets, remote_offsets, off = [], [], 0
+    for t in first.sends:
+        send_offsets.append(off)
+        remote_offsets.append(int(recv_starts[me, t.dst]))
+        off += int(slot[me, t.dst])
+    send_totals, recv_totals = slot.sum(axis=1), slot.sum(axis=0)
+    return FusedPlan(
+        fields=plans,
+        send_offsets=tuple(send_offsets),
+        recv_offsets=tuple(int(recv_starts[t.src, me]) for t in first.recvs),
+        remote_offsets=tuple(remote_offsets),
+        send_parts=tuple(tuple(int(starts[f][me, t.dst]) for f in range(len(plans))) for t in first.sends),
+        recv_parts=tuple(tuple(int(starts[f][t.src, me]) for f in range(len(plans))) for t in first.recvs),
+        send_staging_bytes=int(send_totals[me]),
+        recv_staging_bytes=int(recv_totals[me]),
+        max_send_staging_bytes=int(send_totals.max()),
+        max_recv_staging_bytes=int(recv_totals.max()),
+        key=plan_key("fused", *(p.key for p in plans)),
+    )

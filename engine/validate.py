@@ -19,7 +19,8 @@ from .geometry import BoxT
 #: Coordinates and extents must stay below this (element offsets are 64-bit integers).
 MAX_COORD = 1 << 62
 
-__all__ = ["MAX_COORD", "RankSpec", "check_boxes", "check_operands", "check_specs", "consensus_order", "raise_first"]
+__all__ = ["MAX_COORD", "RankSpec", "check_boxes", "check_fields", "check_operands", "check_specs", "consensus_order",
+           "raise_first"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class RankSpec:
     device: int | None = None
     runtime_device: int | None = None
     error: tuple[str, str] | None = None
+    nfields: int = 0  # fields in one exchange (a tuple operand); 0: one array
+    fields: tuple[tuple[str, str, int, tuple[int, ...]], ...] = ()  # fields 1..: (dtype key, dtype name, itemsize, strides)
 
 
 def _differs(specs: Sequence[RankSpec], attr: str, what: str) -> str | None:
@@ -108,6 +111,26 @@ def check_operands(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str]
                 f"rank {s.rank}: the operand is on CUDA device {s.device} but redist runs on device "
                 f"{s.runtime_device} there (see redist.initialize(device_id=...))"
             )
+    return None
+
+
+def check_fields(specs: Sequence[RankSpec]) -> tuple[type[BaseException], str] | None:
+    """The first problem with the ranks' fields (a tuple operand: several arrays, one exchange), or None.
+
+    Every rank must pass as many fields, and field f must have the same dtype on every rank (field
+    0 is the operand :func:`check_operands` looks at). Within a rank, the fields were checked
+    against field 0 before the gather (shape, package, memory, device).
+    """
+    inv = errors.InvalidValueError
+    msg = _differs(specs, "nfields", "number of fields (0: one array rather than a tuple)")
+    if msg:
+        return inv, msg
+    for f in range(1, specs[0].nfields):
+        ref = specs[0].fields[f - 1]
+        bad = [s for s in specs if s.fields[f - 1][0] != ref[0]]
+        if bad:
+            shown = ", ".join(f"rank {s.rank} {s.fields[f - 1][1]}" for s in bad[:4])
+            return inv, f"field {f}: inconsistent dtype across ranks: rank 0 has {ref[1]}, but {shown}"
     return None
 
 

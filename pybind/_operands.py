@@ -214,7 +214,9 @@ def as_array(buf: Buffer, template: Operand, owner=None):
             import ctypes
 
             base = np.frombuffer((ctypes.c_char * nbytes).from_address(buf.ptr), np.uint8)
-        flat = base[:nbytes] if base.ndim == 1 and base.dtype == np.uint8 else base.view(np.uint8)[:nbytes]
+        start = buf.ptr - base.ctypes.data  # the owner may hold several results (one per field)
+        raw = base if base.ndim == 1 and base.dtype == np.uint8 else base.reshape(-1).view(np.uint8)
+        flat = raw[start:start + nbytes]
         if pkg == "numpy":
             return np.ndarray(shape, dtype=template.dtype, buffer=flat, strides=tuple(s * isz for s in strides))
         import torch

@@ -23,8 +23,8 @@ from .engine import backend, collective
 from .engine.buffer import byte_extent
 from .engine.geometry import axis_order, normal_order
 from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
-from .engine.plan import make_plan
-from .engine.validate import RankSpec, check_boxes, check_operands, consensus_order, raise_first
+from .engine.plan import fuse, make_plan
+from .engine.validate import RankSpec, check_boxes, check_fields, check_operands, consensus_order, raise_first
 
 __all__ = ["Redistribute", "redistribute"]
 
@@ -67,6 +67,37 @@ _POINTER = {
 def _template(op: Operand) -> Operand:
     """``op`` without its array: what later operands are compared with (holds no user memory)."""
     return dataclasses.replace(op, obj=None, buffer=dataclasses.replace(op.buffer, ptr=0, owner=None))
+
+
+def _is_fields(operand) -> bool:
+    """Several fields (a tuple or list of arrays) rather than one array."""
+    return isinstance(operand, (tuple, list))
+
+
+def _wrap_fields(operand, result_layout) -> list[Operand]:
+    """The fields of a tuple/list operand, checked against field 0 on this rank (shape, package,
+    memory, device; and a common memory layout unless ``result_layout`` forces one)."""
+    if not operand:
+        raise InvalidValueError("a tuple or list operand needs at least one field (array)")
+    ops = []
+    for f, obj in enumerate(operand):
+        try:
+            ops.append(wrap(obj))
+        except Exception as e:
+            raise type(e)(f"field {f}: {e}") from e
+    first = ops[0]
+    for f, op in enumerate(ops[1:], 1):
+        for attr, what in (("package", "array package"), ("memory", "memory space"), ("device_id", "device"),
+                           ("shape", "shape")):
+            if getattr(op, attr) != getattr(first, attr):
+                raise InvalidValueError(
+                    f"field {f} has {what} {getattr(op, attr)!r} but field 0 has {getattr(first, attr)!r}: the fields "
+                    "of one Redistribute must share the shape (the box), package, memory space and device on each rank")
+    if result_layout == "auto" and not set.intersection(*(set(op.layouts()) for op in ops)):
+        raise InvalidValueError(
+            f"the fields have different memory layouts ({', '.join(f'field {f} {op.layouts()}' for f, op in enumerate(ops))}): "
+            "their results share one order; pass result_layout='C' or 'F'")
+    return ops
 
 
 class Redistribute(Generic[ArrayT]):
@@ -116,17 +147,21 @@ class Redistribute(Generic[ArrayT]):
         comm = ctx.engine.comm
         rank = ctx.process_group.rank
         op = opts = None
+        fields = _is_fields(operand)
         try:
             opts = self._options_class.coerce(options)
-            op = wrap(operand)
+            ops = _wrap_fields(operand, opts.result_layout) if fields else [wrap(operand)]
+            op = ops[0]
             if isinstance(opts.result_layout, tuple) and len(opts.result_layout) == len(op.shape):
                 opts.result_layout = normal_order(opts.result_layout, len(op.shape))  # (0, 1, 2) and "C" agree
+            layouts = tuple(sorted(set.intersection(*(set(o.layouts()) for o in ops))))
             spec = RankSpec(
                 rank=rank, ndim=len(op.shape), dtype=op.dtype_key, itemsize=op.itemsize, package=op.package,
-                memory=op.memory, layouts=op.layouts(), shape=op.shape, strides=op.strides,
+                memory=op.memory, layouts=layouts if fields else op.layouts(), shape=op.shape, strides=op.strides,
                 options=opts.fingerprint(), in_dist=_as_distribution(input_distribution, "input"),
                 out_dist=_as_distribution(output_distribution, "output"), device=op.device_id,
-                runtime_device=ctx.device_id,
+                runtime_device=ctx.device_id, nfields=len(ops) if fields else 0,
+                fields=tuple((o.dtype_key, o.dtype_name, o.itemsize, o.strides) for o in ops[1:]),
             )
             ctor_stream = None if stream is None else stream_handle(stream)
         except Exception as e:  # noqa: BLE001 -- any local failure is raised on every rank below
@@ -134,6 +169,7 @@ class Redistribute(Generic[ArrayT]):
         specs = collective.agree(comm, None, spec)
         # From here on every rank computes the same thing from the same data.
         raise_first(specs, check_operands)
+        raise_first(specs, check_fields)
         in_boxes, out_boxes = resolve_boxes([s.in_dist for s in specs], [s.out_dist for s in specs],
                                             [s.shape for s in specs])
         specs = [dataclasses.replace(s, in_box=i, out_box=o) for s, i, o in zip(specs, in_boxes, out_boxes)]
@@ -146,21 +182,29 @@ class Redistribute(Generic[ArrayT]):
         self._backend = backend.select_backend(op.memory, opts.execution, ctx.cuda is not None)
         self._ctx, self._options = ctx, opts
         self._logger = opts.logger if opts.logger is not None else logging.getLogger()
-        self._operand_obj = operand
-        self._template = _template(op)
+        self._fields = fields  # a tuple/list operand: execute() returns a tuple
+        self._nfields = len(ops)
+        self._operand_obj = tuple(operand) if fields else operand
+        self._templates = [_template(o) for o in ops]
+        self._template = self._templates[0]
         self._in_boxes, self._out_boxes = in_boxes, out_boxes
-        self._all_strides = [s.strides for s in specs]
+        # per field, per rank: the operand's element strides
+        self._all_strides = [[s.strides for s in specs]] + [[s.fields[f][3] for s in specs]
+                                                             for f in range(len(ops) - 1)]
         self._out_order = rl if isinstance(rl, tuple) else consensus_order(specs)  # a tuple is a true permutation
         self._ctor_stream = ctor_stream
         self._result = None
-        self._out = None  # the out= object bound now (None: the engine-owned result)
-        self._out_checked: dict = {}  # id -> (weak reference, Buffer) of out= objects checked before
+        self._outs: list = [None] * len(ops)  # per field: the out= object bound now (None: the engine-owned result)
+        self._out_checked: dict = {}  # (id, field) -> (weak reference, Buffer) of out= objects checked before
         self._ptrs: dict = {}  # id -> (weak reference, address) of numpy operands rebound before
-        self._extent = byte_extent(op.shape, op.strides, op.itemsize)  # the bytes it spans around its address
-        self._operand_ptr = op.ptr
+        # per field: the bytes it spans around its address, and the address
+        self._extents = [byte_extent(o.shape, o.strides, o.itemsize) for o in ops]
+        self._operand_ptrs = [o.ptr for o in ops]
         self._pointer = self._numpy_pointer if op.package == "numpy" else _POINTER[op.package]
         self._streams = self._backend != "host"  # execute() needs a stream handle
         self._fresh = opts.result == "fresh"
+        if self._fresh and fields:
+            raise NotSupportedError('result="fresh" takes one operand; with several fields pass out= (a tuple)')
         if self._fresh and op.package == "raw":
             raise NotSupportedError('result="fresh" needs numpy, torch or cupy operands (a RawArray has no allocator)')
         self._last_stream = self._last_handle = None
@@ -170,9 +214,11 @@ class Redistribute(Generic[ArrayT]):
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info(
                 "Redistribute: %d ranks, global %s, %s %s itemsize %d, %s-order result, backend %s; "
-                "rank %d input %s -> output %s",
-                ctx.process_group.nranks, _fmt_global(in_boxes), op.package, op.dtype_name, op.itemsize,
+                "rank %d input %s -> output %s%s",
+                ctx.process_group.nranks, _fmt_global(in_boxes), op.package,
+                "/".join(o.dtype_name for o in ops), op.itemsize,
                 self._out_order, self._backend, rank, Box(*in_boxes[rank]), Box(*out_boxes[rank]),
+                f"; {len(ops)} fields in one exchange" if fields else "",
             )
 
     # --- properties -------------------------------------------------------------------------
@@ -188,7 +234,9 @@ class Redistribute(Generic[ArrayT]):
     memory_space = property(lambda self: self._template.memory, doc='"cpu" or "cuda": where operands live.')
     device_id = property(lambda self: self._ctx.device_id)
     blocking = property(lambda self: self._options.blocking)
-    operand = property(lambda self: self._operand_obj, doc="The operand bound now (None once released).")
+    operand = property(lambda self: self._operand_obj,
+                       doc="The operand bound now (a tuple for several fields; None once released).")
+    nfields = property(lambda self: self._nfields, doc="How many fields move in one exchange (1 for one array).")
 
     @property
     def plan_description(self) -> str:
@@ -234,9 +282,10 @@ class Redistribute(Generic[ArrayT]):
         ctx = self._ctx
         t0 = time.perf_counter()
         with collective.attempt(ctx.engine.comm):
-            plan = make_plan(ctx.process_group.rank, self._in_boxes, self._out_boxes,
-                             itemsize=self._template.itemsize, in_strides=self._all_strides,
-                             out_order=self._out_order)
+            plans = [make_plan(ctx.process_group.rank, self._in_boxes, self._out_boxes, itemsize=t.itemsize,
+                               in_strides=strides, out_order=self._out_order)
+                     for t, strides in zip(self._templates, self._all_strides)]
+            plan = fuse(plans) if self._fields else plans[0]
             o = self._options
             lower_opts = backend.LowerOptions(
                 backend=self._backend, transport=o.transport, host_method=o.host_method, signal=o.signal,
@@ -245,21 +294,27 @@ class Redistribute(Generic[ArrayT]):
         exe = backend.lower(plan, ctx.engine, lower_opts)
         with collective.attempt(ctx.engine.comm, on_failure=exe.free):  # roll back on every rank
             if self._state is _State.NEW:
-                exe.bind_input(wrap(self._operand_obj).buffer)
-            self._result = as_array(exe.result, self._template, owner=exe)
+                for f, obj in enumerate(self._objects()):
+                    exe.bind_input(wrap(obj).buffer, f)
+            results = tuple(as_array(exe.results[f], t, owner=exe) for f, t in enumerate(self._templates))
+            self._result = results if self._fields else results[0]
         self._plan, self._exe = plan, exe
         self._state = _State.READY if self._state is _State.NEW else _State.RELEASED
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info(
                 "plan: %.3f ms on %s; rank %d sends %s, receives %s, keeps %d B",
                 (time.perf_counter() - t0) * 1e3, self.execution_space, plan.rank, plan.send_bytes, plan.recv_bytes,
-                plan.local.nbytes if plan.local else 0,
+                sum(p.local.nbytes for p in plans if p.local),
             )
             self._logger.debug("%s", plan.describe())
 
     def execute(self, stream: Any = None, release_workspace: bool = False, sync_symmetric_memory: bool = True,
                 out: ArrayT | None = None) -> ArrayT:
         """Collective: redistribute the current operand; return this process's output box.
+
+        With several fields (a tuple operand) every field moves in the one exchange and the
+        result is a tuple (one array per field); ``out`` is then a tuple too (None entries: that
+        field's engine-owned result).
 
         Returns the engine-owned result (persistent: overwritten by the next ``execute``,
         released by :meth:`free`), or ``out`` when given. ``out`` must have the result's shape,
@@ -279,14 +334,17 @@ class Redistribute(Generic[ArrayT]):
                 self._check_not_freed("execute")
                 raise InvalidStateError("Execution cannot be performed before plan() has been called.")
             problem = ("InvalidStateError", _RELEASED_MSG)
-        if out is None:
-            if self._out is not None:
+        if self._fields:
+            target, p = self._bind_outs(out)
+            problem = problem or p
+        elif out is None:
+            if self._outs[0] is not None:
                 exe.bind_output(None)
-                self._out = None
+                self._outs[0] = None
             target = self._result
         else:
             target = out
-            p = self._bind_out(out)
+            p = self._bind_out(out, 0)
             if p is not None and problem is None:
                 problem = p
         s = 0
@@ -325,52 +383,84 @@ class Redistribute(Generic[ArrayT]):
         return allocate_symmetric_memory(shape, t.package, dtype=t.dtype, axis_order=self._out_order,
                                          make_symmetric=True)
 
-    def _bind_out(self, out) -> collective.Problem | None:
-        """Check ``out`` locally and bind it; its problem (None if fine) for the call's agreement.
+    def _bind_outs(self, out) -> tuple[tuple, collective.Problem | None]:
+        """Several fields: bind each field's out= (None: its engine-owned result); (targets, problem)."""
+        n = self._nfields
+        if out is None:
+            out = (None,) * n
+        elif not _is_fields(out) or len(out) != n:
+            got = f"{len(out)} entries" if _is_fields(out) else type(out).__name__
+            return self._result, self._out_failed(f"out= must be a tuple of {n} arrays (one per field), got {got}", None)
+        problem, ranges = None, []
+        for f, o in enumerate(out):
+            if o is None:
+                if self._outs[f] is not None:
+                    self._exe.bind_output(None, f)
+                    self._outs[f] = None
+                continue
+            problem = problem or self._bind_out(o, f)
+            hit = self._out_checked.get((id(o), f))
+            if hit is not None:
+                ranges.append((f, hit[2], hit[3]))
+        for i, (f, lo, hi) in enumerate(ranges):  # two fields written into the same bytes
+            for g, lo2, hi2 in ranges[i + 1:]:
+                if lo < hi2 and lo2 < hi and problem is None:
+                    problem = self._out_failed(f"field {g}'s out= overlaps field {f}'s", None)
+        return tuple(r if o is None else o for r, o in zip(self._result, out)), problem
+
+    def _bind_out(self, out, field: int) -> collective.Problem | None:
+        """Check field ``field``'s ``out`` locally and bind it; its problem (None if fine) for the
+        call's agreement.
 
         Objects checked before are kept (weakly) with their buffer, so a loop that alternates
         between a few out= arrays re-checks only what can change: writability and overlap with
-        the operand.
+        the operands.
         """
         try:
-            hit = self._out_checked.get(id(out))
+            hit = self._out_checked.get((id(out), field))
             if hit is not None and hit[0]() is out:
                 _, buf, lo, hi = hit
             else:
                 op = wrap(out)
-                t = self._template
+                t = self._templates[field]
                 if op.package != t.package:
-                    return self._out_failed(f"out= must be a {t.package} array like the operand, got {op.package}")
+                    return self._out_failed(f"out= must be a {t.package} array like the operand, got {op.package}",
+                                            field)
                 if op.dtype_key != t.dtype_key:
-                    return self._out_failed(f"out= has dtype {op.dtype_name}, expected {t.dtype_name}")
-                msg = self._exe.out_problem(op.buffer)
+                    return self._out_failed(f"out= has dtype {op.dtype_name}, expected {t.dtype_name}", field)
+                msg = self._exe.out_problem(op.buffer, field)
                 if msg is not None:
-                    return self._out_failed(msg)
+                    return self._out_failed(msg, field)
                 buf = op.buffer
                 lo, hi = buf.address_range()
-                if len(self._out_checked) >= 8:
+                if len(self._out_checked) >= 8 * self._nfields:
                     self._out_checked.clear()
                 try:
-                    self._out_checked[id(out)] = (weakref.ref(out), dataclasses.replace(buf, owner=None), lo, hi)
+                    self._out_checked[(id(out), field)] = (weakref.ref(out), dataclasses.replace(buf, owner=None),
+                                                           lo, hi)
                 except TypeError:  # an object without weak references: checked every time
                     pass
             if self._template.package == "numpy" and not out.flags.writeable:
-                return self._out_failed("out= is read-only")
-            p = self._operand_ptr
-            if self._state is _State.READY and p is not None and lo < p + self._extent[1] and p + self._extent[0] < hi:
-                return self._out_failed("out= overlaps the operand (the exchange would read what it overwrites)")
-            if out is not self._out:
-                self._exe.bind_output(buf)
-                self._out = out
+                return self._out_failed("out= is read-only", field)
+            if self._state is _State.READY:
+                for g, (p, (before, after)) in enumerate(zip(self._operand_ptrs, self._extents)):
+                    if p is not None and lo < p + after and p + before < hi:
+                        what = "the operand" if not self._fields else f"field {g}'s operand"
+                        return self._out_failed(f"out= overlaps {what} (the exchange would read what it overwrites)",
+                                                field)
+            if out is not self._outs[field]:
+                self._exe.bind_output(buf, field)
+                self._outs[field] = out
             return None
         except Exception as e:  # noqa: BLE001 -- agreed on by the call
             return collective.problem(e)
 
-    def _out_failed(self, msg: str) -> collective.Problem:
-        return "InvalidValueError", f"execute(out=...): {msg} (this rank's output box is {self.output_box})"
+    def _out_failed(self, msg: str, field: int | None = 0) -> collective.Problem:
+        where = f"field {field}: " if self._fields and field is not None else ""
+        return "InvalidValueError", f"execute(out=...): {where}{msg} (this rank's output box is {self.output_box})"
 
-    def _compat_problem(self, op: Operand) -> str | None:
-        t = self._template
+    def _compat_problem(self, op: Operand, field: int = 0) -> str | None:
+        t = self._templates[field]
         for attr, what in (("package", "package"), ("memory", "memory space"), ("device_id", "device"),
                            ("dtype_key", "data type"), ("shape", "shape")):
             if getattr(op, attr) != getattr(t, attr):
@@ -382,46 +472,95 @@ class Redistribute(Generic[ArrayT]):
         return None
 
     def _alias_problem(self, op: Operand) -> str | None:
-        """Why ``op`` cannot be read while this object writes its output, or None."""
+        """Why ``op`` cannot be read while this object writes its outputs, or None."""
         if self._exe is None:
             return None
-        written = wrap(self._out).buffer if self._out is not None else self._exe.result
-        if op.buffer.overlaps(written):
-            what = "the out= array" if self._out is not None else "this object's own result"
-            return f"the new operand overlaps {what} (the exchange would read what it overwrites)"
+        for f, out in enumerate(self._outs):
+            written = wrap(out).buffer if out is not None else self._exe.results[f]
+            if op.buffer.overlaps(written):
+                what = "the out= array" if out is not None else "this object's own result"
+                where = f" of field {f}" if self._fields else ""
+                return f"the new operand overlaps {what}{where} (the exchange would read what it overwrites)"
         return None
 
-    def reset_operand(self, operand: ArrayT, *, stream: Any = None) -> None:
+    def _objects(self) -> tuple:
+        """The operand objects bound now, one per field."""
+        return self._operand_obj if self._fields else (self._operand_obj,)
+
+    def _field_index(self, field: int | None) -> int | None:
+        if field is None:
+            return None
+        if not self._fields:
+            raise InvalidValueError("field= needs a Redistribute of several fields (a tuple operand)")
+        if not isinstance(field, int) or isinstance(field, bool) or not 0 <= field < self._nfields:
+            raise InvalidValueError(f"field must be an int in [0, {self._nfields}), got {field!r}")
+        return field
+
+    def reset_operand(self, operand: ArrayT, *, field: int | None = None, stream: Any = None) -> None:
         """Collective: replace the operand by a compatible one (same package, dtype, shape,
-        strides, memory space and device); checked on every rank, raised on every rank."""
+        strides, memory space and device); checked on every rank, raised on every rank.
+
+        With several fields pass a tuple (every field), or one array with ``field=`` (that field).
+        """
         self._check_not_freed("reset_operand")
-        op = None
+        ops = None
+        fields = range(self._nfields)
         with collective.attempt(self._ctx.engine.comm):
             if operand is None:
                 raise InvalidValueError(
                     "reset_operand() requires a valid operand; use release_operand() to drop the current one")
-            op = wrap(operand)
-            msg = self._compat_problem(op) or self._alias_problem(op)
-            if msg is not None:
-                raise InvalidValueError(f"{msg} (this rank's input box is {self.input_box})")
-        self._bind(op)
+            f0 = self._field_index(field)
+            if f0 is not None:
+                fields, objs = [f0], [operand]
+            elif self._fields:
+                if not _is_fields(operand) or len(operand) != self._nfields:
+                    raise InvalidValueError(f"reset_operand() needs a tuple of {self._nfields} arrays (one per field) "
+                                            "or one array with field=")
+                objs = list(operand)
+            else:
+                objs = [operand]
+            ops = [wrap(obj) for obj in objs]
+            for f, op in zip(fields, ops):
+                msg = self._compat_problem(op, f) or self._alias_problem(op)
+                if msg is not None:
+                    where = f"field {f}: " if self._fields else ""
+                    raise InvalidValueError(f"{where}{msg} (this rank's input box is {self.input_box})")
+        if self._fields and self._state not in _HAS_OPERAND and len(ops) < self._nfields:
+            raise InvalidStateError("reset_operand(field=...) needs every field bound: the operands were released; "
+                                    "pass a tuple of every field")
+        self._bind(ops, list(fields))
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info("reset_operand: new operand bound")
 
-    def reset_operand_unchecked(self, operand: ArrayT, *, stream: Any = None) -> None:
+    def reset_operand_unchecked(self, operand: ArrayT, *, field: int | None = None, stream: Any = None) -> None:
         """Replace the operand with no checks and no logging (the caller guarantees compatibility).
 
-        On CUDA this updates kernel-node parameters of the instantiated graph (no re-capture).
+        On CUDA this updates kernel-node parameters of the instantiated graph (no re-capture):
+        with several fields one update per kernel for the whole tuple, or for one ``field=``.
         """
         if self._state in _PLANNED:
-            ptr = self._pointer(operand)
-            self._exe.rebind_input(ptr, operand)
-            self._operand_obj = operand
-            self._operand_ptr = ptr
+            if not self._fields:
+                ptr = self._pointer(operand)
+                self._exe.rebind_input(ptr, operand)
+                self._operand_obj = operand
+                self._operand_ptrs[0] = ptr
+            elif field is None:
+                ptrs = [self._pointer(obj) for obj in operand]
+                self._exe.rebind_inputs(ptrs, operand)
+                self._operand_obj = tuple(operand)
+                self._operand_ptrs = ptrs
+            else:
+                ptr = self._pointer(operand)
+                self._exe.rebind_input(ptr, operand, field)
+                self._operand_obj = self._operand_obj[:field] + (operand,) + self._operand_obj[field + 1:]
+                self._operand_ptrs[field] = ptr
             self._state = _State.READY
             return
         self._check_not_freed("reset_operand_unchecked")
-        self._bind(wrap(operand))
+        if field is not None:
+            self._bind([wrap(operand)], [field])
+            return
+        self._bind([wrap(obj) for obj in (operand if self._fields else (operand,))], list(range(self._nfields)))
 
     def _numpy_pointer(self, operand) -> int:
         """The address of a numpy ``operand``, kept (weakly) for the next rebind to the same object.
@@ -438,14 +577,22 @@ class Redistribute(Generic[ArrayT]):
         self._ptrs[id(operand)] = (weakref.ref(operand), ptr)
         return ptr
 
-    def _bind(self, op: Operand) -> None:
+    def _bind(self, ops: list[Operand], fields: list[int]) -> None:
         if self._state in _PLANNED:
-            self._exe.bind_input(op.buffer)
+            for f, op in zip(fields, ops):
+                self._exe.bind_input(op.buffer, f)
             self._state = _State.READY
         else:
             self._state = _State.NEW
-        self._operand_obj = op.obj
-        self._operand_ptr = op.ptr
+        if self._fields:
+            objs = list(self._operand_obj) if self._operand_obj is not None else [None] * self._nfields
+            for f, op in zip(fields, ops):
+                objs[f] = op.obj
+                self._operand_ptrs[f] = op.ptr
+            self._operand_obj = tuple(objs)
+        else:
+            self._operand_obj = ops[0].obj
+            self._operand_ptrs[0] = ops[0].ptr
 
     def release_operand(self) -> None:
         """Drop every reference this object holds to the operand (and any device mirror of it).
@@ -460,7 +607,7 @@ class Redistribute(Generic[ArrayT]):
         if self._exe is not None:
             self._exe.release_input()
         self._operand_obj = None
-        self._operand_ptr = None
+        self._operand_ptrs = [None] * self._nfields
         self._ptrs = {}
         self._state = _State.RELEASED if self._state is _State.READY else _State.NEW_RELEASED
 
@@ -475,7 +622,8 @@ class Redistribute(Generic[ArrayT]):
             return
         exe, self._exe = self._exe, None
         self._state = _State.FREED
-        self._operand_obj = self._out = self._result = None
+        self._operand_obj = self._result = None
+        self._outs = [None] * self._nfields
         self._out_checked, self._ptrs = {}, {}
         if self._serial is not None:
             _runtime._unregister(self._serial)

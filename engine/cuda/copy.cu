@@ -8,11 +8,12 @@
 // element size; the element size only shows through the vector width V (1, 2, 4, 8 or 16 bytes
 // per load/store), which must divide every row length, stride and base address of the launch.
 //
-// Addresses: src = seg.src + (in_base & seg.src_mask); dst = seg.dst + (out_delta & seg.dst_mask).
-// So the operand pointer (in_base) and the output's offset from the engine-owned result
-// (out_delta) are the only kernel parameters that a rebind changes; the segment table itself
-// (in device memory) is written once, at plan time. A peer's result is reached through its
-// NVSHMEM peer pointer, baked into seg.dst.
+// Addresses: src = seg.src + (in_base[f] & seg.src_mask); dst = seg.dst + (out_delta[f] & seg.dst_mask),
+// f = seg.field. A launch may move several fields (arrays of the same boxes): each has its operand
+// pointer (in_base[f]) and its output's offset from its engine-owned result (out_delta[f]), passed
+// by value in one Bases argument -- the only kernel parameter a rebind changes, so rebinding every
+// field is one node update; the segment table itself (in device memory) is written once, at plan
+// time. A peer's result is reached through its NVSHMEM peer pointer, baked into seg.dst.
 //
 // Blocks are split among segments (seg.blk_begin / seg.blk_count); a block finds its segment by
 // binary search, then walks it grid-stride, REDIST_ILP independent vectors per thread per step.
@@ -37,8 +38,14 @@ typedef long long i64;
 typedef unsigned int u32;
 
 #define REDIST_MAXD 8
+#define REDIST_MAXF 8
 #define REDIST_BLOCK 256
 #define REDIST_ILP 1
+
+struct Bases {
+    u64 in_base[REDIST_MAXF];   // per field: the bound operand's address
+    i64 out_delta[REDIST_MAXF]; // per field: the bound output's offset from the field's engine-owned result
+};
 
 struct Seg {
     u64 src;                    // input-relative offset (src_mask = ~0) or absolute address (src_mask = 0)
@@ -58,7 +65,7 @@ struct Seg {
     i64 sstride[REDIST_MAXD];   // byte strides, source side
     i64 dstride[REDIST_MAXD];   // byte strides, destination side
     u32 tile_a;                 // transposing segment: the dimension contiguous on the source side; ~0: none
-    u32 tile_pad;
+    u32 field;                  // the field whose operand / output bases apply (Bases)
 };
 static_assert(sizeof(Seg) == 328, "Seg layout must match engine/cuda/kernels.py SEG_DTYPE");
 
@@ -158,11 +165,11 @@ __device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, 
 
 // One block's share of one segment: rows of the segment, grid-stride over the segment's blocks.
 template <int V, int LOGV, u32 RUN_BYTES, int NOUT>
-__device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, u32 b, const char* in_base,
-                                                    i64 out_delta) {
+__device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, u32 b, const Bases& bases) {
     typedef typename VecT<V>::T T;
-    const u64 src0 = sg->src + ((u64)in_base & sg->src_mask);
-    const u64 dst0 = sg->dst + ((u64)out_delta & sg->dst_mask);
+    const u32 f = sg->field;
+    const u64 src0 = sg->src + (bases.in_base[f] & sg->src_mask);
+    const u64 dst0 = sg->dst + ((u64)bases.out_delta[f] & sg->dst_mask);
     if constexpr (NOUT >= 2) {
         if (sg->tile_a != REDIST_NONE && sg->row_bytes == V) {  // the same for the whole block
             redist_tile_segment<V, NOUT>(sg, b, src0, dst0);
@@ -238,11 +245,10 @@ __device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, 
 
 // The plain kernel: the copy alone.
 template <int V, int LOGV, u32 RUN_BYTES, int NOUT>
-__device__ __forceinline__ void copy_segments(const char* in_base, i64 out_delta, const Seg* __restrict__ table,
-                                              int nsegs) {
+__device__ __forceinline__ void copy_segments(const Bases& bases, const Seg* __restrict__ table, int nsegs) {
     const u32 b = blockIdx.x;
     const Seg* sg = table + redist_find_segment(table, nsegs, b);
-    redist_copy_segment<V, LOGV, RUN_BYTES, NOUT>(sg, b, in_base, out_delta);
+    redist_copy_segment<V, LOGV, RUN_BYTES, NOUT>(sg, b, bases);
 }
 
 // The epoch kernels. UNPACK = 0: the copy kernel (local, push and pack segments; credits, arrivals);
@@ -253,8 +259,7 @@ __device__ __forceinline__ void copy_segments(const char* in_base, i64 out_delta
 // wait = 0 (sync_symmetric_memory=False) skips the push credit waits (never a pack's); bump = 1 in the
 // graph's last kernel.
 template <int V, int LOGV, u32 RUN_BYTES, int NOUT, int UNPACK>
-__device__ __forceinline__ void epoch_segments(const char* in_base, i64 out_delta, const Seg* __restrict__ table,
-                                               int nsegs, u64* ctl, const u64* __restrict__ proto, int nranks,
+__device__ __forceinline__ void epoch_segments(const Bases& bases, const Seg* __restrict__ table, int nsegs, u64* ctl, const u64* __restrict__ proto, int nranks,
                                                int ncredit, int narrive, int nwait, int wait, int bump) {
     __shared__ u64 e_sh;
     __shared__ int last_sh;
@@ -281,7 +286,7 @@ __device__ __forceinline__ void epoch_segments(const char* in_base, i64 out_delt
             }
         }
         __syncthreads();
-        redist_copy_segment<V, LOGV, RUN_BYTES, NOUT>(sg, b, in_base, out_delta);
+        redist_copy_segment<V, LOGV, RUN_BYTES, NOUT>(sg, b, bases);
     }
     __threadfence_system();
     __syncthreads();

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..plan import Plan
+from ..plan import FusedPlan, Plan
 from . import kernels as K
 from .launch_list import KernelStep, LaunchList, align_of, build_launch_list, table_rows
 
@@ -21,8 +21,8 @@ __all__ = ["emulate_job"]
 
 
 def emulate_job(
-    plans: Sequence[Plan],
-    inputs: Sequence[np.ndarray],
+    plans: Sequence[Plan | FusedPlan],
+    inputs: Sequence[np.ndarray | Sequence[np.ndarray]],
     *,
     reach: np.ndarray | None = None,
     transport: str = "auto",
@@ -45,6 +45,10 @@ def emulate_job(
     reach below it); ``out_delta`` writes into a second "out=" region at that offset from the result;
     ``out_bytes`` sizes each result region (default ``result_bytes``; larger for strided outputs),
     and then the whole region is returned (offsets from its start, ``out_delta`` included).
+
+    Fused plans (several fields): ``inputs[r]`` is one byte array per field, each field's output
+    is at ``out_delta`` from its own result (``launch_list.field_offsets``), and the whole result
+    allocation of every field is returned.
     """
     p = len(plans)
     lls = [
@@ -56,13 +60,18 @@ def emulate_job(
     stride = 1 << 40
     rb = lls[0].result_bytes
     inb, outb, sendb, recvb = [], [], [], []
+    nfields = len(lls[0].field_offsets)
     for r in range(p):
         off = 0 if in_offsets is None else in_offsets[r]
-        base = (4 * r + 1) * stride
-        buf = np.zeros(len(inputs[r]) + off + 16, np.uint8)
-        buf[off : off + len(inputs[r])] = inputs[r]
-        regions[base] = buf
-        inb.append(base + off + (0 if in_origins is None else in_origins[r]))
+        fields = [inputs[r]] if nfields == 1 and isinstance(inputs[r], np.ndarray) else list(inputs[r])
+        bases = []
+        for f, data in enumerate(fields):
+            base = (8 * p + 8 * r + f + 1) * stride if f else (4 * r + 1) * stride
+            buf = np.zeros(len(data) + off + 16, np.uint8)
+            buf[off : off + len(data)] = data
+            regions[base] = buf
+            bases.append(base + off + (0 if in_origins is None else in_origins[r]))
+        inb.append(bases)
         ob = (4 * r + 2) * stride
         regions[ob] = np.full(max(rb, out_bytes or 0) + max(out_delta, 0) + 16, 0xA5, np.uint8)
         outb.append(ob)
@@ -93,7 +102,7 @@ def emulate_job(
         tab = K.pack_table(rows)
         v = k.vmax if vec is None else min(vec, k.vmax)
         if k.reads_input:
-            v = min(v, align_of(inb[r]))
+            v = min([v] + [align_of(b) for b in inb[r]])
         if k.writes_output:
             v = min(v, align_of(out_delta))
         K.emulate(
@@ -103,7 +112,7 @@ def emulate_job(
             nout=k.nout,
             grid=k.grid,
             in_base=inb[r],
-            out_delta=out_delta,
+            out_delta=[out_delta] * nfields,
             load=load,
             store=store,
         )
@@ -161,6 +170,6 @@ def emulate_job(
             if any(k.bump for k in lls[r].kernels):
                 epoch[r] = e_of[r]
         assert all(epoch[r] == epoch[0] for r in range(p) if lls[r].signal == "epoch"), epoch
-    if out_bytes is not None:  # the whole region: a strided output may reach below out_delta
+    if out_bytes is not None or nfields > 1:  # the whole region: a strided output may reach below out_delta
         return [regions[outb[r]].copy() for r in range(p)], lls
     return [regions[outb[r]][out_delta : out_delta + rb].copy() for r in range(p)], lls

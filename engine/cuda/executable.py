@@ -14,6 +14,11 @@ ranks agree on every rank's out= strides (flagged in the same Allreduce, gathere
 changed), and the executable lowers the plan retargeted to them once (:meth:`Plan.retarget_all`:
 a variant with its own kernels, control block and graph, sharing this one's result), then
 switches between the variants it has by the agreed layout.
+
+Several fields (a :class:`~..plan.FusedPlan`) share one graph, one protocol round and one
+symmetric allocation holding every field's result (``launch_list.field_offsets``); the kernels
+take every field's operand address and output offset in one by-value argument, so rebinding every
+field is one node update per kernel.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy as np
 from .. import collective
 from ..buffer import Buffer, self_overlapping
 from ..errors import CudaError, InvalidStateError
-from ..plan import Plan
+from ..plan import FusedPlan, Plan, fuse
 from . import kernels as K
 from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
 
@@ -66,7 +71,8 @@ class CudaExecutable:
     """A lowered plan: engine-owned symmetric result, optional staging, kernels, one graph."""
 
     backend = "cuda"
-    plan: Plan
+    plan: Plan | FusedPlan
+    results: tuple[Buffer, ...]
     rt: Runtime
     launch_list: LaunchList
     serial: int
@@ -76,10 +82,12 @@ class CudaExecutable:
     graphs: bool
     result: Buffer
 
-    def __init__(self, plan: Plan, rt: Runtime, ll: LaunchList, funcs: dict[str, dict[int, int]], *,
+    def __init__(self, plan: Plan | FusedPlan, rt: Runtime, ll: LaunchList, funcs: dict[str, dict[int, int]], *,
                  serial: int, blocking: bool = False, logger: logging.Logger | None = None,
                  relower: tuple | None = None, shared_result: int = 0) -> None:
         self.plan, self.rt, self.launch_list, self._logger = plan, rt, ll, logger
+        self._fields = (plan if isinstance(plan, FusedPlan) else fuse([plan])).fields
+        self.nfields = nf = len(self._fields)
         self.serial = serial
         self.blocking = bool(blocking)
         self._drv = rt.driver
@@ -91,10 +99,12 @@ class CudaExecutable:
         self._need_workspace = False
         self.result_ptr = 0
         self._send = self._recv = 0
-        self._in_ptr = 0
-        self._in_owner = None
+        self._in_ptrs = [0] * nf  # per field: the bound operand, the object keeping it alive, the out= delta
+        self._in_owners: list = [None] * nf
         self._bound = False
-        self._out_delta = 0
+        self._out_deltas = [0] * nf
+        self._in_aligns = [16] * nf
+        self._out_aligns = [16] * nf
         self._check = collective.CallCheck(rt.comm)
         self._agree = self._check.nranks > 1  # P = 1: nothing to agree on, errors are raised directly
         self._launch = self._drv.cuGraphLaunch
@@ -103,15 +113,17 @@ class CudaExecutable:
         # out= layouts (see the module docstring): the variant that runs, by agreed layout key
         self._active: CudaExecutable = self
         self._variants: dict[tuple, CudaExecutable] = {}
-        self._want: tuple[int, ...] | None = None  # this rank's out= strides when not the planned ones
-        self._mine: tuple[int, ...] | None = None  # this rank's entry in the active layout
+        self._wants: list = [None] * nf  # per field: this rank's out= strides when not the planned ones
+        self._want: tuple | None = None  # those, or None when every field has the planned strides
+        self._mine: tuple | None = None  # this rank's entry in the active layout
         self._relower = relower  # (reach, transport, signal) of lower(): variants are lowered alike
         self._shares_result = bool(shared_result)  # a variant: its base owns the result and retires it all
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
         # rank), then the local set-up, agreed as a whole, then NVSHMEM's warm-up (collective)
         self.result_ptr = shared_result or rt.sym_alloc(ll.result_bytes, owner="engine")
-        self.result = Buffer(self.result_ptr, plan.out_shape, plan.out_strides, plan.itemsize, "cuda", rt.device_id,
-                             owner=self)
+        self.results = tuple(Buffer(self.result_ptr + off, p.out_shape, p.out_strides, p.itemsize, "cuda",
+                                    rt.device_id, owner=self) for p, off in zip(self._fields, ll.field_offsets))
+        self.result = self.results[0]
         if ll.any_put:
             self._alloc_staging()
         self._epoch = ll.signal == "epoch"
@@ -226,59 +238,69 @@ class CudaExecutable:
 
     # -- binding (the hot path of reset_operand_unchecked / out=) -------------------------------
 
-    def bind_input(self, buf: Buffer) -> None:
-        """Read the operand from ``buf`` (device memory, the planned layout)."""
-        self.rebind_input(buf.ptr, buf.owner)
+    def bind_input(self, buf: Buffer, field: int = 0) -> None:
+        """Read field ``field``'s operand from ``buf`` (device memory, the planned layout)."""
+        self.rebind_input(buf.ptr, buf.owner, field)
 
-    def rebind_input(self, ptr: int, owner: object = None) -> None:
-        """Point every kernel that reads the operand at ``ptr`` (kernel-node update; never re-capture)."""
+    def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:
+        """Point every kernel that reads field ``field``'s operand at ``ptr`` (kernel-node update; never re-capture)."""
+        self.rebind_inputs({field: ptr}, {field: owner})
+
+    def rebind_inputs(self, ptrs, owners) -> None:
+        """Several fields' operands at once (a sequence over the fields, or {field: address}): one
+        node update per kernel that reads the operands."""
+        if not isinstance(ptrs, dict):
+            ptrs, owners = dict(enumerate(ptrs)), dict(enumerate(owners))
         if self._active is not self:  # a layout variant runs: only its nodes change (this one's on a switch back)
-            self._active.rebind_input(ptr, owner)
+            self._active.rebind_inputs(ptrs, owners)
             self._bound = not self._freed
             return
-        self._in_owner = owner
+        for f, owner in owners.items():
+            self._in_owners[f] = owner
         self._bound = not self._freed
-        if ptr == self._in_ptr:
+        changed = {f: ptr for f, ptr in ptrs.items() if ptr != self._in_ptrs[f]}
+        if not changed:
             return
-        self._in_ptr = ptr
-        a = ptr & -ptr if ptr else 16
-        if a > 16:
-            a = 16
+        for f, ptr in changed.items():
+            self._in_ptrs[f] = ptr
+            self._in_aligns[f] = min(ptr & -ptr, 16) if ptr else 16
+        a = min(self._in_aligns)
         for kern in self._in_kernels:
             launch = kern.launch
-            launch.a_in.value = ptr
+            for f, ptr in changed.items():
+                launch.set_in(f, ptr)
             if a != kern.in_align:
                 kern.in_align = a
                 launch.set_vec(self._pick(kern))
             launch.update()
 
-    def bind_output(self, buf: Buffer | None) -> None:
-        """Write into the symmetric ``buf`` (same heap offset on every rank); None: the result.
+    def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
+        """Write field ``field`` into the symmetric ``buf`` (same heap offset on every rank); None: the result.
 
         Strides other than the planned ones take effect at the next execute, once agreed.
         """
-        self._want = None if buf is None or buf.is_dense(self.plan.out_strides) else tuple(buf.strides)
-        self._active._set_delta(0 if buf is None else buf.ptr - self.result_ptr)  # the running one's nodes only
+        planned = self._fields[field].out_strides
+        self._wants[field] = None if buf is None or buf.is_dense(planned) else tuple(buf.strides)
+        self._want = None if all(w is None for w in self._wants) else tuple(self._wants)
+        delta = 0 if buf is None else buf.ptr - self.results[field].ptr
+        self._active._set_delta(field, delta)  # the running one's nodes only
 
-    def _set_delta(self, delta: int) -> None:
-        if delta == self._out_delta:
+    def _set_delta(self, field: int, delta: int) -> None:
+        if delta == self._out_deltas[field]:
             return
-        self._out_delta = delta
-        self._update(self._out_kernels, "a_delta", "out_align", delta)
-
-    def _update(self, kernels: list[_Kernel], arg: str, align_attr: str, value: int) -> None:
-        """Set kernel argument ``arg`` to ``value`` in every node of ``kernels`` (vector width follows alignment)."""
-        a = min(value & -value, 16) if value else 16
-        for kern in kernels:
+        self._out_deltas[field] = delta
+        self._out_aligns[field] = min(delta & -delta, 16) if delta else 16
+        a = min(self._out_aligns)
+        for kern in self._out_kernels:
             launch = kern.launch
-            getattr(launch, arg).value = value
-            if a != getattr(kern, align_attr):
-                setattr(kern, align_attr, a)
+            launch.set_delta(field, delta)
+            if a != kern.out_align:
+                kern.out_align = a
                 launch.set_vec(self._pick(kern))
             launch.update()
 
-    def out_problem(self, buf: Buffer) -> str | None:
-        p, rt = self.plan, self.rt
+    def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
+        p, rt = self._fields[field], self.rt
         if buf.memory != "cuda":
             return f"out= must be in GPU memory like the operand, got memory {buf.memory!r}"
         if buf.device_id is not None and buf.device_id != rt.device_id:
@@ -299,25 +321,32 @@ class CudaExecutable:
         if ent is not None and buf.size and (lo < ent[0] or hi > ent[0] + ent[1]):
             return (f"out= (bytes [{lo - ent[0]}, {hi - ent[0]}) of its allocation) reaches outside its symmetric "
                     f"allocation ({ent[1]} bytes)")
-        delta = buf.ptr - self.result_ptr
+        result = self.results[field].ptr
+        delta = buf.ptr - result
         for d in self.launch_list.push_to:
-            if rt.peer_ptr(buf.ptr, d) != rt.peer_ptr(self.result_ptr, d) + delta:
+            if rt.peer_ptr(buf.ptr, d) != rt.peer_ptr(result, d) + delta:
                 return f"out= is not mapped like the symmetric heap for peer {d} (externally registered memory?)"
         return None
 
-    def out_signature(self, buf: Buffer | None) -> int:
+    def out_signature(self, buf: Buffer | None, field: int = 0) -> int:
         """The output's offset on the symmetric heap: peers write at the same offset in their mapping."""
-        return self.rt.heap_offset(self.result_ptr if buf is None else buf.ptr)
+        return self.rt.heap_offset(self.results[field].ptr if buf is None else buf.ptr)
 
     def release_input(self) -> None:
         for v in self._variants.values():
             v.release_input()
-        self._in_owner = None
+        self._in_owners = [None] * self.nfields
         self._bound = False
 
     @property
     def output_ptr(self) -> int:
-        return self.result_ptr + self._active._out_delta
+        """Field 0's output now (its engine-owned result, or the bound out=)."""
+        return self.result_ptr + self._active._out_deltas[0]
+
+    def _output_offsets(self) -> tuple[int, ...]:
+        """Every field's output as a heap offset (what every rank must agree on)."""
+        deltas = self._active._out_deltas
+        return tuple(self.rt.heap_offset(b.ptr + d) for b, d in zip(self.results, deltas))
 
     # -- execution ------------------------------------------------------------------------------
 
@@ -383,10 +412,12 @@ class CudaExecutable:
             problem = ("InvalidStateError", "this CUDA executable has been freed" if self._freed else
                        "no operand is bound (it was released): call reset_operand() first")
         if self._agree or problem is not None:
-            offset = self.rt.heap_offset(self.output_ptr)
-            changed = self._check.check(problem, hash((offset, bool(sync), bool(release_workspace))),
+            offsets = self._output_offsets()
+            where = (f"out= at heap offset {offsets[0]}" if self.nfields == 1 else
+                     f"out= of the fields at heap offsets {list(offsets)}")
+            changed = self._check.check(problem, hash((offsets, bool(sync), bool(release_workspace))),
                                         flag=int(self._want != self._mine),
-                                        what=(f"out= at heap offset {offset}", bool(sync), bool(release_workspace)))
+                                        what=(where, bool(sync), bool(release_workspace)))
             if changed:  # some rank's out= strides changed: every rank learns every rank's
                 self._switch(tuple(self.rt.comm.allgather(self._want)))
         elif self._want != self._mine:  # one rank: nobody else to ask
@@ -418,7 +449,7 @@ class CudaExecutable:
         every rank's out= strides (None: the planned ones), lowering it the first time. The one
         that ran so far holds the current operand and out= offset: the next one takes them over."""
         old = self._active
-        ptr, owner, delta = old._in_ptr, old._in_owner, old._out_delta
+        ptrs, owners, deltas = list(old._in_ptrs), list(old._in_owners), list(old._out_deltas)
         if all(st is None for st in layout):
             exe = self
         else:
@@ -429,11 +460,12 @@ class CudaExecutable:
             if len(self._variants) > LAYOUTS:  # the same history, so the same eviction, on every rank
                 self._variants.pop(next(iter(self._variants))).free()
         self._active = exe
-        exe.rebind_input(ptr, owner)
-        exe._set_delta(delta)
+        exe.rebind_inputs(ptrs, owners)
+        for f, delta in enumerate(deltas):
+            exe._set_delta(f, delta)
         exe._bound = self._bound
         if old is not exe:
-            old._in_owner = None  # an inactive variant (or base) keeps no operand alive
+            old._in_owners = [None] * self.nfields  # an inactive variant (or base) keeps no operand alive
         self._mine = layout[self.rt.rank]
 
     def _variant(self, layout: tuple) -> CudaExecutable:
@@ -444,10 +476,12 @@ class CudaExecutable:
         if self._relower is None:
             raise InvalidStateError("this CUDA executable was not made by lower(): it cannot take strided out=")
         reach, transport, signal = self._relower
-        strides = [st if st is not None else plan.out_strides_of(r) for r, st in enumerate(layout)]
+        fields = self._fields
+        strides = [[st[f] if st is not None and st[f] is not None else p.out_strides_of(r) for r, st in enumerate(layout)]
+                   for f, p in enumerate(fields)]  # per field, per rank
         funcs = {}
         with collective.attempt(rt.comm):
-            moved = plan.retarget_all(strides)
+            moved = plan.retarget_all(strides) if isinstance(plan, FusedPlan) else plan.retarget_all(strides[0])
             ll = build_launch_list(moved, reach, transport=transport, signal=signal, sm_count=rt.sm_count)
             for k in ll.kernels:
                 funcs[k.name] = rt.functions(*k.family, k.kind)
@@ -547,7 +581,7 @@ class CudaExecutable:
             return
         self._freed = True
         self._bound = False
-        self._in_owner = None
+        self._in_owners = [None] * self.nfields
         self._check.free()
         variants, self._variants, self._active = list(self._variants.values()), {}, self
         for v in variants:  # lowered in the same order on every rank: freed so too

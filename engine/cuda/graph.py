@@ -158,9 +158,11 @@ def driver_api() -> Driver:
 class KernelLaunch:
     """One kernel of a plan, launchable eagerly or into a capture, and rebindable in graphs.
 
-    Kernel signature (copy.cu): ``(const char* in_base, i64 out_delta, const Seg* table, int nsegs,
-    ...protocol)``; the epoch kernels add ``(u64* ctl, const u64* proto, int nranks, int ncredit,
-    int narrive, int nwait, int wait, int bump)`` (``protocol``: those eight values).
+    Kernel signature (copy.cu): ``(const Bases bases, const Seg* table, int nsegs, ...protocol)``;
+    ``Bases`` is ``u64 in_base[MAXF]; i64 out_delta[MAXF]`` by value (per field: the operand's
+    address and the output's offset from its result), set with :meth:`set_in` / :meth:`set_delta`;
+    the epoch kernels add ``(u64* ctl, const u64* proto, int nranks, int ncredit, int narrive,
+    int nwait, int wait, int bump)`` (``protocol``: those eight values).
     """
 
     def __init__(self, drv: Driver, funcs: dict[int, int], grid: int, block: int, table_ptr: int, nsegs: int,
@@ -168,11 +170,13 @@ class KernelLaunch:
         self.drv = drv
         self.funcs: dict[int, int] = dict(funcs)  # vector width -> CUfunction (int)
         self.vec: int = max(self.funcs)
-        self.a_in: ctypes.c_void_p = ctypes.c_void_p(0)
-        self.a_delta: ctypes.c_longlong = ctypes.c_longlong(0)
+        from .kernels import MAXF
+
+        self.a_bases = (ctypes.c_int64 * (2 * MAXF))()  # in_base[MAXF] then out_delta[MAXF]
+        self._maxf = MAXF
         self.a_table: ctypes.c_void_p = ctypes.c_void_p(table_ptr)
         self.a_nsegs: ctypes.c_int = ctypes.c_int(nsegs)
-        args = [self.a_in, self.a_delta, self.a_table, self.a_nsegs]
+        args = [self.a_bases, self.a_table, self.a_nsegs]
         self.a_wait: ctypes.c_int | None = None
         if protocol:
             ctl, proto, nranks, ncredit, narrive, nwait, wait, bump = protocol
@@ -196,6 +200,14 @@ class KernelLaunch:
         self.grid: int = grid
         self.block: int = block
         self.nodes: list[tuple[int, int]] = []  # (CUgraphExec, CUgraphNode) as ints
+
+    def set_in(self, field: int, ptr: int) -> None:
+        """Field ``field``'s operand address (takes effect at :meth:`update` / the next launch)."""
+        self.a_bases[field] = ctypes.c_int64(ptr).value
+
+    def set_delta(self, field: int, delta: int) -> None:
+        """Field ``field``'s output offset from its engine-owned result."""
+        self.a_bases[self._maxf + field] = delta
 
     def set_vec(self, vec: int) -> None:
         if vec != self.vec:

@@ -19,7 +19,7 @@ import hashlib
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ __all__ = [
     "ctl_words",
     "ILP",
     "MAXD",
+    "MAXF",
     "SEG_DTYPE",
     "SEG_LIMIT",
     "tile_edge",
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 MAXD = 8  # outer dimensions a segment may have (REDIST_MAXD)
+MAXF = 8  # fields one launch may move (REDIST_MAXF: the kernel's Bases argument)
 BLOCK = 256  # threads per block (REDIST_BLOCK)
 ILP = 1  # vectors per thread per chunk (REDIST_ILP; 1 measured best with a full grid, perf/RESULTS.md)
 VEC_WIDTHS = (16, 8, 4, 2, 1)
@@ -74,7 +76,7 @@ SEG_DTYPE = np.dtype(
         ("sstride", "<i8", (MAXD,)),
         ("dstride", "<i8", (MAXD,)),
         ("tile_a", "<u4"),
-        ("tile_pad", "<u4"),
+        ("field", "<u4"),
     ]
 )
 assert SEG_DTYPE.itemsize == 328, SEG_DTYPE.itemsize  # static_assert(sizeof(Seg) == 328) in copy.cu
@@ -140,13 +142,13 @@ def family_source(run_bytes: int, nout: int, kind: str = "plain") -> str:
         t = f"{v}, {v.bit_length() - 1}, {run_bytes}u, {nout}"
         head = f'extern "C" __global__ void __launch_bounds__(REDIST_BLOCK) {kernel_name(run_bytes, nout, v, kind)}('
         if kind == "plain":
-            lines.append(f"{head}const char* in_base, i64 out_delta, const Seg* table, int nsegs) "
-                         f"{{ copy_segments<{t}>(in_base, out_delta, table, nsegs); }}")
+            lines.append(f"{head}const Bases bases, const Seg* table, int nsegs) "
+                         f"{{ copy_segments<{t}>(bases, table, nsegs); }}")
         else:
             lines.append(
-                f"{head}const char* in_base, i64 out_delta, const Seg* table, int nsegs, u64* ctl, const u64* proto, "
+                f"{head}const Bases bases, const Seg* table, int nsegs, u64* ctl, const u64* proto, "
                 f"int nranks, int ncredit, int narrive, int nwait, int wait, int bump) "
-                f"{{ epoch_segments<{t}, {int(kind == 'epoch_unpack')}>(in_base, out_delta, table, nsegs, ctl, "
+                f"{{ epoch_segments<{t}, {int(kind == 'epoch_unpack')}>(bases, table, nsegs, ctl, "
                 f"proto, nranks, ncredit, narrive, nwait, wait, bump); }}"
             )
     return "\n".join(lines) + "\n"
@@ -207,6 +209,7 @@ def pack_table(rows: list[dict[str, Any]]) -> np.ndarray:
         t["peer"] = r.get("peer", NO_PEER)
         ta = r.get("tile_a")
         t["tile_a"] = NO_PEER if ta is None else MAXD - n + ta
+        t["field"] = r.get("field", 0)
         t["blk_begin"] = r["blk_begin"]
         t["blk_count"] = r["blk_count"]
         for lv in range(5):
@@ -295,8 +298,8 @@ def emulate(
     run_bytes: int,
     nout: int,
     grid: int,
-    in_base: int,
-    out_delta: int,
+    in_base: int | Sequence[int],
+    out_delta: int | Sequence[int],
     load: Callable[[np.ndarray, int], np.ndarray],
     store: Callable[[np.ndarray, np.ndarray], None],
 ) -> None:
@@ -304,8 +307,11 @@ def emulate(
 
     ``load(addresses, vec) -> uint8[n, vec]`` and ``store(addresses, data)`` model memory.
     Checks what the kernel relies on: every block maps to a segment, units stay below 2^31,
-    alignment to ``vec``; raises AssertionError otherwise.
+    alignment to ``vec``; raises AssertionError otherwise. ``in_base`` / ``out_delta``: one per
+    field (the kernel's Bases argument), or one int for a single field.
     """
+    in_bases = [in_base] if isinstance(in_base, int) else list(in_base)
+    out_deltas = [out_delta] if isinstance(out_delta, int) else list(out_delta)
     nsegs = len(table)
     lv = vec.bit_length() - 1
     covered = np.zeros(grid, dtype=bool)
@@ -317,9 +323,10 @@ def emulate(
         covered[b0 : b0 + nb] = True
         if s + 1 < nsegs:
             assert int(table[s + 1]["blk_begin"]) == b0 + nb, "segments must own consecutive block ranges"
-        mask = int(sg["src_mask"])
-        src0 = (int(sg["src"]) + (in_base & mask)) & ALL_ONES
-        dst0 = (int(sg["dst"]) + (out_delta & int(sg["dst_mask"]))) & ALL_ONES
+        mask, f = int(sg["src_mask"]), int(sg["field"])
+        assert f < len(in_bases) and f < len(out_deltas) and f < MAXF, f"segment of field {f} without its bases"
+        src0 = (int(sg["src"]) + (in_bases[f] & mask)) & ALL_ONES
+        dst0 = (int(sg["dst"]) + (out_deltas[f] & int(sg["dst_mask"]))) & ALL_ONES
         nbytes = int(sg["bytes"])
         assert nbytes % vec == 0
         units = nbytes >> lv

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from .. import geometry as geo
 from ..errors import InvalidValueError, NotSupportedError
-from ..plan import Copy, Plan
+from ..plan import STAGING_ALIGN, Copy, FusedPlan, Plan, fuse
 from . import kernels as K
 
 __all__ = [
@@ -74,6 +74,7 @@ class Segment:
     sstride: tuple[int, ...]
     dstride: tuple[int, ...]
     tile_a: int | None = None  # a transpose: the outer dimension contiguous on the source side
+    field: int = 0  # which field (its operand and output bases: the kernel's Bases argument)
 
     @property
     def nouter(self) -> int:
@@ -173,11 +174,12 @@ class LaunchList:
     put_from: tuple[int, ...]  # peers whose puts this rank unpacks
     any_push: bool  # anywhere in the job
     any_put: bool
-    result_bytes: int  # engine-owned result, equal on every rank (max over ranks)
+    result_bytes: int  # engine-owned results of every field, equal on every rank (max over ranks)
     send_staging_bytes: int  # symmetric staging sizes (0 when no rank puts)
     recv_staging_bytes: int
     transport: str = "auto"
     signal: str = "barrier"
+    field_offsets: tuple[int, ...] = (0,)  # where each field's result starts in the result allocation
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -198,7 +200,9 @@ class LaunchList:
             f"CUDA launch list rank {self.rank}/{self.nranks} (transport={self.transport}, "
             f"signal={self.signal}): push to "
             f"{list(self.push_to)}, put to {list(self.put_to)}, unpack from {list(self.put_from)}; result "
-            f"{self.result_bytes} B, staging send {self.send_staging_bytes} B recv {self.recv_staging_bytes} B",
+            f"{self.result_bytes} B, staging send {self.send_staging_bytes} B recv {self.recv_staging_bytes} B"
+            + (f"; {len(self.field_offsets)} fields, results at {list(self.field_offsets)}"
+               if len(self.field_offsets) > 1 else ""),
             ("  graph: " + " -> ".join(self.node_labels())) if self.steps else "  graph: (empty)",
         ]
         for k in self.kernels:
@@ -211,7 +215,8 @@ class LaunchList:
                              f"for {list(k.wait_for)}{', bumps the epoch' if k.bump else ''}")
             for s, b in zip(k.segments, k.blocks):
                 lines.append(
-                    f"    {s.role:6s} peer {s.peer}: {s.nbytes} B, rows of {s.row_bytes} B, outer {s.outer}, "
+                    f"    {s.role:6s} {f'field {s.field} ' if len(self.field_offsets) > 1 else ''}peer {s.peer}: "
+                    f"{s.nbytes} B, rows of {s.row_bytes} B, outer {s.outer}, "
                     f"src {s.src_space}@{s.src_offset} {s.sstride}, dst {s.dst_space}[{s.dst_rank}]@{s.dst_offset} "
                     f"{s.dstride}, {b} block(s)"
                     + (f", transposed in tiles of {K.tile_edge(s.row_bytes)}² over outer dimension {s.tile_a}"
@@ -220,7 +225,7 @@ class LaunchList:
         return "\n".join(lines)
 
 
-def traffic_matrix(plan: Plan) -> np.ndarray:
+def traffic_matrix(plan: Plan | FusedPlan) -> np.ndarray:
     """``t[s, d]``: rank s sends something to rank d (s != d); with replicated inputs only the
     lowest holder of an element sends it (:func:`..geometry.sources`, as the plan does)."""
     vol, _ = geo.sources(plan.in_boxes, plan.out_boxes)
@@ -305,6 +310,7 @@ def _segments(
     dst_rank: int,
     dst_base: int,
     limit: int,
+    field: int = 0,
 ) -> list[Segment]:
     row, outer, ss, ds = _byte_copy(c, itemsize)
     seg = Segment(
@@ -320,6 +326,7 @@ def _segments(
         outer,
         ss,
         ds,
+        field=field,
     )
     if seg.nouter > K.MAXD:
         raise NotSupportedError(
@@ -359,8 +366,19 @@ def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int,
     )
 
 
+def result_offsets(plan: FusedPlan) -> tuple[tuple[int, ...], int]:
+    """Where each field's result starts in the one symmetric result allocation, and its size:
+    the same on every rank (each field's part is its largest output box, ``STAGING_ALIGN``-aligned)."""
+    vol = max([geo.volume(b) for b in plan.out_boxes] or [0])
+    offsets, off = [], 0
+    for p in plan.fields:
+        offsets.append(off)
+        off += -(-max(vol * p.itemsize, 1) // STAGING_ALIGN) * STAGING_ALIGN
+    return tuple(offsets), off
+
+
 def build_launch_list(
-    plan: Plan,
+    plan: Plan | FusedPlan,
     reach: np.ndarray | None = None,
     *,
     transport: str = "auto",
@@ -386,39 +404,51 @@ def build_launch_list(
     """
     if signal not in ("epoch", "barrier"):
         raise InvalidValueError(f"signal must be 'epoch' or 'barrier', got {signal!r}")
-    p, r, s = plan.nranks, plan.rank, plan.itemsize
+    fused = plan if isinstance(plan, FusedPlan) else fuse([plan])
+    if fused.nfields > K.MAXF:
+        raise NotSupportedError(f"the CUDA backend moves at most {K.MAXF} fields in one exchange, got {fused.nfields}")
+    fields, plan = fused.fields, fused.first
+    p, r = plan.nranks, plan.rank
     traffic = traffic_matrix(plan)
     if reach is None:
         reach = np.ones((p, p), dtype=bool)
     push = push_matrix(reach, traffic, transport)
     any_push = bool((push & traffic).any())
     any_put = bool((traffic & ~push).any())
-    vols = [geo.volume(b) for b in plan.out_boxes]
-    result_bytes = max(1, max(vols) * s if vols else 1)
+    offsets, result_bytes = result_offsets(fused)
 
     copy_segs: list[Segment] = []
-    if plan.local is not None:
-        for piece in plan.local.pieces:
-            copy_segs += _segments(piece.direct, s, "local", r, "input", 0, "output", r, 0, seg_limit)
+    for f, (fp, base) in enumerate(zip(fields, offsets)):
+        if fp.local is not None:
+            for piece in fp.local.pieces:
+                copy_segs += _segments(piece.direct, fp.itemsize, "local", r, "input", 0, "output", r, base, seg_limit,
+                                       f)
     puts: list[Step] = []
     push_to, put_to = [], []
-    for t, soff, roff in zip(plan.sends, plan.send_offsets, plan.remote_offsets):
+    for i, (t, soff, roff) in enumerate(zip(plan.sends, fused.send_offsets, fused.remote_offsets)):
         if push[r, t.dst]:
             push_to.append(t.dst)
-            for piece in t.pieces:
-                copy_segs += _segments(piece.direct, s, "push", t.dst, "input", 0, "output", t.dst, 0, seg_limit)
+            for f, (fp, base) in enumerate(zip(fields, offsets)):
+                for piece in fp.sends[i].pieces:
+                    copy_segs += _segments(piece.direct, fp.itemsize, "push", t.dst, "input", 0, "output", t.dst, base,
+                                           seg_limit, f)
         else:
             put_to.append(t.dst)
-            for piece in t.pieces:
-                copy_segs += _segments(piece.pack, s, "pack", t.dst, "input", 0, "send", r, soff, seg_limit)
-            puts.append(Step("put", pe=t.dst, src_offset=soff, dst_offset=roff, nbytes=t.nbytes))
+            for f, (fp, part) in enumerate(zip(fields, fused.send_parts[i])):
+                for piece in fp.sends[i].pieces:
+                    copy_segs += _segments(piece.pack, fp.itemsize, "pack", t.dst, "input", 0, "send", r, soff + part,
+                                           seg_limit, f)
+            nbytes = fused.send_parts[i][-1] + fields[-1].sends[i].nbytes  # every field's part, one put
+            puts.append(Step("put", pe=t.dst, src_offset=soff, dst_offset=roff, nbytes=nbytes))
     unpack_segs: list[Segment] = []
     put_from = []
-    for t, off in zip(plan.recvs, plan.recv_offsets):
+    for i, (t, off) in enumerate(zip(plan.recvs, fused.recv_offsets)):
         if not push[t.src, r]:
             put_from.append(t.src)
-            for piece in t.pieces:
-                unpack_segs += _segments(piece.unpack, s, "unpack", t.src, "recv", off, "output", r, 0, seg_limit)
+            for f, (fp, part, base) in enumerate(zip(fields, fused.recv_parts[i], offsets)):
+                for piece in fp.recvs[i].pieces:
+                    unpack_segs += _segments(piece.unpack, fp.itemsize, "unpack", t.src, "recv", off + part, "output",
+                                             r, base, seg_limit, f)
 
     steps: list[Step] = []
     if signal == "epoch" and (any_push or any_put):
@@ -456,7 +486,7 @@ def build_launch_list(
     return LaunchList(
         rank=r,
         nranks=p,
-        itemsize=s,
+        itemsize=plan.itemsize,
         steps=tuple(steps),
         push_to=tuple(push_to),
         put_to=tuple(put_to),
@@ -464,10 +494,11 @@ def build_launch_list(
         any_push=any_push,
         any_put=any_put,
         result_bytes=result_bytes,
-        send_staging_bytes=max(1, plan.max_send_staging_bytes) if any_put else 0,
-        recv_staging_bytes=max(1, plan.max_recv_staging_bytes) if any_put else 0,
+        send_staging_bytes=max(1, fused.max_send_staging_bytes) if any_put else 0,
+        recv_staging_bytes=max(1, fused.max_recv_staging_bytes) if any_put else 0,
         transport=transport,
         signal=signal if (any_push or any_put) else "none",
+        field_offsets=offsets,
     )
 
 
@@ -498,6 +529,7 @@ def table_rows(
                 blk_count=nb,
                 peer=K.NO_PEER if seg.role == "local" else seg.peer,
                 tile_a=seg.tile_a,
+                field=seg.field,
             )
         )
         b0 += nb

@@ -16,7 +16,8 @@ import numpy as np
 
 from .. import collective
 from ..buffer import Buffer, byte_extent
-from ..plan import Plan
+from ..errors import NotSupportedError
+from ..plan import FusedPlan, Plan
 from .executable import CudaExecutable
 from .lowering import lower as lower_cuda
 
@@ -131,6 +132,12 @@ class MirrorExecutable:
         return f"host operand through a {self._span}-byte device mirror (execution='cuda')\n{inner}"
 
 
-def lower(plan: Plan, ctx: Context, options: LowerOptions) -> MirrorExecutable:
-    """Collective: the CUDA executable of ``plan`` wrapped in a host mirror."""
+def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> MirrorExecutable:
+    """Collective: the CUDA executable of ``plan`` wrapped in a host mirror (one field)."""
+    if isinstance(plan, FusedPlan):
+        if plan.nfields > 1:  # the plan is the same on every rank: every rank raises here, before any collective
+            raise NotSupportedError(
+                f"execution='cuda' on host operands mirrors one array; these {plan.nfields} fields run on the host "
+                "(execution='auto') or from GPU arrays")
+        plan = plan.first
     return MirrorExecutable(lower_cuda(plan, ctx, options))

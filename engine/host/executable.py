@@ -57,7 +57,7 @@ import numpy as np
 from .. import collective
 from ..buffer import Buffer, self_overlapping
 from ..errors import CommunicationError, InvalidStateError, InvalidValueError, NotSupportedError
-from ..plan import Plan
+from ..plan import FusedPlan, Plan, fuse
 from ..strided import HostBuffer
 from ._datatypes import copy_views, empty_bytes, region_datatype
 from .messages import Message, Side, align
@@ -101,61 +101,72 @@ def out_problem(plan: Plan, buf: Buffer) -> str | None:
 
 
 class HostExecutable:
-    """A plan bound to MPI: see the module docstring. Made by :func:`lower`."""
+    """A plan bound to MPI: see the module docstring. Made by :func:`lower`.
+
+    A :class:`~..plan.FusedPlan` of several fields moves them in one exchange: one message per
+    peer carries every field's part (an MPI struct datatype over the parts, or one packed slot),
+    and the fields' operands and outputs are bound by field index.
+    """
 
     backend = "host"
-    plan: Plan
+    plan: Plan | FusedPlan
     method: str
     comm: MPI.Intracomm
     result: Buffer
+    results: tuple[Buffer, ...]
 
     def __init__(
-        self, plan: Plan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | None
+        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | None
     ) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
         self.plan = plan
+        fused = plan if isinstance(plan, FusedPlan) else fuse([plan])
+        self._fields = fields = fused.fields
+        plan = fields[0]  # what every field shares: ranks, boxes, peers
+        self.nfields = nf = len(fields)
         self.method = method
         self.comm = comm  # the context's communicator (not owned)
         self._logger = logger
-        isz = plan.itemsize
-        self._itemsize = isz
+        self._itemsizes = isz = fused.itemsizes
         span = max(1, (int(comm.Get_attr(MPI.TAG_UB)) + 1) // 2)  # executable k: tags 2k (well), 2k + 1 (failed)
         self._ok_tag = 2 * (tag % span)
         self._err_tag = self._ok_tag + 1
         self._complete = method != "alltoallw" and 1 < plan.nranks <= COMPLETE_MAX
         self._single = plan.nranks == 1
         self._p2p = method != "alltoallw" and not self._single  # execute's usual path
-        self._sends = [Message(t, True, method, isz) for t in plan.sends]
+        self._sends = [Message([p.sends[i] for p in fields], True, method, isz) for i in range(len(plan.sends))]
         self._send_stage_bytes = 0
         self._staged_send_reqs: list = [None] * len(self._sends)
         packed: dict = {}  # pack copies -> slot: the same elements to several peers are packed once
         for m in self._sends:
             if m.mode == "staged":
-                if m.copies in packed:
-                    m.slot, m.shared = packed[m.copies], True
+                if m.key in packed:
+                    m.slot, m.shared = packed[m.key], True
                     continue
-                m.slot = packed[m.copies] = self._send_stage_bytes
+                m.slot = packed[m.key] = self._send_stage_bytes
                 self._send_stage_bytes += align(m.nbytes)
-            elif m.mode == "datatype":
-                m.dtype = region_datatype(MPI, m.shape, m.strides, isz)
-        # the engine-owned result, dense in plan.out_order
-        self._result_bytes = empty_bytes(plan.out_elements * isz)
-        self.result = Buffer(self._result_bytes.ctypes.data, plan.out_shape, plan.out_strides, isz, "cpu",
-                             owner=self._result_bytes)
-        # receive layouts per output strides: {strides: (plan, [msgs], recv staging bytes)}
+            else:
+                self._commit_parts(m)
+        # the engine-owned results (one per field), dense in plan.out_order
+        self._result_bytes = [empty_bytes(p.out_elements * p.itemsize) for p in fields]
+        self.results = tuple(Buffer(b.ctypes.data, p.out_shape, p.out_strides, p.itemsize, "cpu", owner=b)
+                             for b, p in zip(self._result_bytes, fields))
+        self.result = self.results[0]
+        # receive layouts per output strides (one tuple per field): {strides: (plans, [msgs], recv staging bytes)}
         self._layouts: dict = {}
         self._send_stage = None
         self._recv_stage: dict = {}  # strides -> staging bytes
-        self._in_ptr = 0  # the bound operand: address and the object keeping it alive
-        self._in_owner = None
+        self._in_ptrs = [0] * nf  # the bound operands: addresses and the objects keeping them alive
+        self._in_owners: list = [None] * nf
         self._bound = False
-        self._out: Buffer = self.result
-        self._out_key = (self.result.ptr, self.result.strides)
-        self._sides_in: OrderedDict = OrderedDict()  # operand address -> Side
-        self._sides_out: OrderedDict = OrderedDict()  # (address, strides) -> Side
-        self._combos: OrderedDict = OrderedDict()  # (in address, out key) -> what execute walks
+        self._outs: list[Buffer] = list(self.results)
+        self._out_key = (tuple(b.ptr for b in self.results), tuple(b.strides for b in self.results))
+        self._result_strides = self._out_key[1]
+        self._sides_in: OrderedDict = OrderedDict()  # operand addresses -> Side
+        self._sides_out: OrderedDict = OrderedDict()  # (addresses, strides) -> Side
+        self._combos: OrderedDict = OrderedDict()  # (in addresses, out key) -> what execute walks
         self._null_buf = np.zeros(1, np.uint8)
         self._null_from: list[int] = []  # peers of the zero-byte messages (tag channel)
         self._null_to: list[int] = []
@@ -178,43 +189,53 @@ class HostExecutable:
 
     # -- binding ------------------------------------------------------------------------------
 
-    def bind_input(self, buf: Buffer) -> None:
-        """Read the operand from ``buf`` from the next execute on."""
-        if buf.itemsize != self._itemsize:
-            raise InvalidValueError(f"operand itemsize {buf.itemsize} != planned {self._itemsize}")
-        self.rebind_input(buf.ptr, buf.owner)
+    def _commit_parts(self, m: Message) -> None:
+        for part in m.parts:
+            if part.mode == "datatype":
+                part.dtype = region_datatype(self._MPI, part.shape, part.strides, part.itemsize)
 
-    def rebind_input(self, ptr: int, owner: object = None) -> None:
+    def bind_input(self, buf: Buffer, field: int = 0) -> None:
+        """Read field ``field``'s operand from ``buf`` from the next execute on."""
+        if buf.itemsize != self._itemsizes[field]:
+            raise InvalidValueError(f"operand itemsize {buf.itemsize} != planned {self._itemsizes[field]}")
+        self.rebind_input(buf.ptr, buf.owner, field)
+
+    def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:
         """A new operand address (same layout), nothing checked: reset_operand_unchecked."""
-        self._in_owner = owner
-        if ptr != self._in_ptr or not self._bound:
-            self._in_ptr = ptr
+        self._in_owners[field] = owner
+        if ptr != self._in_ptrs[field] or not self._bound:
+            self._in_ptrs[field] = ptr
             self._bound = True
             self._ready = False
 
-    def bind_output(self, buf: Buffer | None) -> None:
-        """Write into ``buf`` (any strides; None: the engine-owned result) from the next execute on."""
-        buf = self.result if buf is None else buf
-        key = (buf.ptr, buf.strides)
-        self._out = buf
+    def rebind_inputs(self, ptrs, owners) -> None:
+        """Every field's operand at once (the fields' order)."""
+        for f, (ptr, owner) in enumerate(zip(ptrs, owners)):
+            self.rebind_input(ptr, owner, f)
+
+    def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
+        """Write field ``field`` into ``buf`` (any strides; None: the engine-owned result) from the next execute on."""
+        buf = self.results[field] if buf is None else buf
+        self._outs[field] = buf
+        key = (tuple(b.ptr for b in self._outs), tuple(b.strides for b in self._outs))
         if key != self._out_key:
             self._out_key = key
             self._ready = False
 
-    def out_problem(self, buf: Buffer) -> str | None:
-        problem = out_problem(self.plan, buf)
+    def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
+        problem = out_problem(self._fields[field], buf)
         if problem is None and self.method == "alltoallw" and any(
                 s <= 0 for n, s in zip(buf.shape, buf.strides) if n > 1):
             return f"out= has strides {buf.strides}; host method 'alltoallw' needs positive strides"
         return problem
 
-    def out_signature(self, buf: Buffer | None) -> int | None:
+    def out_signature(self, buf: Buffer | None, field: int = 0) -> int | None:
         return None  # host outputs are private to each rank: nothing to agree on
 
     def release_input(self) -> None:
-        """Drop every reference to the operand; bind_input() again before execute()."""
-        self._in_owner = None
-        self._in_ptr = 0
+        """Drop every reference to the operands; bind_input() again before execute()."""
+        self._in_owners = [None] * self.nfields
+        self._in_ptrs = [0] * self.nfields
         self._bound = False
         for side in self._sides_in.values():
             side.free()
@@ -229,37 +250,53 @@ class HostExecutable:
     def _buffer(self, ptr: int, nbytes: int):
         return self._MPI.buffer.fromaddress(ptr, nbytes)
 
-    def _spec(self, m: Message, base: int):
-        """``[buffer, count, datatype]`` of a direct or datatype message on the address ``base``."""
-        ptr = base + m.offset * self._itemsize
+    def _spec(self, m: Message, bases, side: Side):
+        """``[buffer, count, datatype]`` of a direct, datatype or struct message on the fields' addresses ``bases``."""
+        MPI = self._MPI
+        if m.mode == "struct":  # every field's part where it is, at absolute addresses
+            blocks, where, types = [], [], []
+            for part in m.parts:
+                where.append(bases[part.field] + part.offset * part.itemsize)
+                if part.mode == "direct":
+                    blocks.append(part.nbytes)
+                    types.append(MPI.BYTE)
+                else:
+                    blocks.append(1)
+                    types.append(part.dtype)
+            dtype = MPI.Datatype.Create_struct(blocks, where, types).Commit()
+            side.dtypes.append(dtype)
+            return [MPI.BOTTOM, 1, dtype]
+        part = m.parts[0]
+        ptr = bases[0] + part.offset * part.itemsize
         if m.mode == "direct":
-            return [self._buffer(ptr, m.nbytes), m.nbytes, self._MPI.BYTE]
-        return [self._buffer(ptr, m.span), 1, m.dtype]
+            return [self._buffer(ptr, m.nbytes), m.nbytes, MPI.BYTE]
+        return [self._buffer(ptr, part.span), 1, part.dtype]
 
     def _layout(self, strides):
-        """(plan, receive messages, receive staging bytes) for an output with these strides."""
+        """(plans, receive messages, receive staging bytes) for outputs with these strides (one tuple per field)."""
         hit = self._layouts.get(strides)
         if hit is None:
-            plan = self.plan.retarget(strides)
-            msgs = [Message(t, False, self.method, self._itemsize) for t in plan.recvs]
+            plans = [p.retarget(st) for p, st in zip(self._fields, strides)]
+            msgs = [Message([p.recvs[i] for p in plans], False, self.method, self._itemsizes)
+                    for i in range(len(plans[0].recvs))]
             nbytes = 0
             for m in msgs:
                 if m.mode == "staged":
                     m.slot = nbytes
                     nbytes += align(m.nbytes)
-                elif m.mode == "datatype":
-                    m.dtype = region_datatype(self._MPI, m.shape, m.strides, self._itemsize)
-            hit = self._layouts[strides] = (plan, msgs, nbytes)
+                else:
+                    self._commit_parts(m)
+            hit = self._layouts[strides] = (plans, msgs, nbytes)
         return hit
 
-    def _send_side(self, ptr: int) -> Side:
-        side = self._sides_in.get(ptr)
+    def _send_side(self, ptrs: tuple[int, ...]) -> Side:
+        side = self._sides_in.get(ptrs)
         if side is not None:
-            self._sides_in.move_to_end(ptr)
+            self._sides_in.move_to_end(ptrs)
             return side
         side = Side()
-        isz, comm = self._itemsize, self.comm
-        src = HostBuffer(ptr, isz)
+        comm = self.comm
+        srcs = [HostBuffer(ptr, isz) for ptr, isz in zip(ptrs, self._itemsizes)]
         if self._send_stage is None and self._send_stage_bytes:
             self._make_send_staging()
         after: dict = {}  # slot -> the requests that start once it is packed
@@ -268,37 +305,40 @@ class HostExecutable:
                 if m.shared:  # sent from the slot an earlier send packs: starts after that pack
                     after[m.slot].append(req)
                     continue
-                slot = HostBuffer(self._send_stage.ctypes.data + m.slot, isz)
-                for c in m.copies[:-1]:  # the message starts once its last box is packed
-                    side.copies.append(copy_views(c, src, slot))
+                base = self._send_stage.ctypes.data + m.slot
+                views = [copy_views(c, srcs[part.field], HostBuffer(base + part.start, part.itemsize))
+                         for part in m.parts for c in part.copies]
+                for v in views[:-1]:  # the message starts once its last box is packed
+                    side.copies.append(v)
                     side.staged_requests.append([])
-                side.copies.append(copy_views(m.copies[-1], src, slot))
+                side.copies.append(views[-1])
                 side.staged_requests.append(after.setdefault(m.slot, [req]))
             elif self.method != "alltoallw":
-                side.requests.append(comm.Send_init(self._spec(m, ptr), m.peer, self._ok_tag))
-        self._evict(self._sides_in, ptr, side)
+                side.requests.append(comm.Send_init(self._spec(m, ptrs, side), m.peer, self._ok_tag))
+        self._evict(self._sides_in, ptrs, side)
         return side
 
-    def _recv_side(self, ptr: int, strides) -> Side:
-        key = (ptr, strides)
+    def _recv_side(self, ptrs: tuple[int, ...], strides) -> Side:
+        key = (ptrs, strides)
         side = self._sides_out.get(key)
         if side is not None:
             self._sides_out.move_to_end(key)
             return side
         side = Side()
         _, msgs, nbytes = self._layout(strides)
-        isz, comm, MPI = self._itemsize, self.comm, self._MPI
+        comm, MPI = self.comm, self._MPI
         stage = self._recv_staging(strides, nbytes)
-        dst = HostBuffer(ptr, isz)
+        dsts = [HostBuffer(ptr, isz) for ptr, isz in zip(ptrs, self._itemsizes)]
         tag = MPI.ANY_TAG if self._complete else self._ok_tag
         for m in msgs:
             if m.mode == "staged":
-                slot = HostBuffer(stage.ctypes.data + m.slot, isz)
-                side.copies.extend(copy_views(c, slot, dst) for c in m.copies)
-                side.requests.append(comm.Recv_init([self._buffer(slot.ptr, m.nbytes), m.nbytes, MPI.BYTE], m.peer,
+                base = stage.ctypes.data + m.slot
+                side.copies.extend(copy_views(c, HostBuffer(base + part.start, part.itemsize), dsts[part.field])
+                                   for part in m.parts for c in part.copies)
+                side.requests.append(comm.Recv_init([self._buffer(base, m.nbytes), m.nbytes, MPI.BYTE], m.peer,
                                                     tag))
             elif self.method != "alltoallw":
-                side.requests.append(comm.Recv_init(self._spec(m, ptr), m.peer, tag))
+                side.requests.append(comm.Recv_init(self._spec(m, ptrs, side), m.peer, tag))
         self._evict(self._sides_out, key, side)
         return side
 
@@ -330,7 +370,8 @@ class HostExecutable:
         """Zero-byte messages for the pairs that move no data (tag channel only)."""
         if not self._complete:
             return
-        p, me, MPI = self.plan, self.plan.rank, self._MPI
+        p, MPI = self._fields[0], self._MPI
+        me = p.rank
         to = {m.peer for m in self._sends}
         frm = {t.src for t in p.recvs}
         self._null_from = [s for s in range(p.nranks) if s != me and s not in frm]
@@ -342,7 +383,7 @@ class HostExecutable:
     def _prepare(self) -> None:
         if self._freed:
             raise InvalidStateError("this host executable was freed")
-        key = (self._in_ptr, self._out_key)
+        key = (tuple(self._in_ptrs), self._out_key)
         combo = self._combos.get(key)
         if combo is None:
             combo = self._combine()
@@ -356,14 +397,14 @@ class HostExecutable:
 
     def _combine(self) -> tuple:
         """What execute walks for the current operand and output (built from the cached sides)."""
-        in_ptr, (out_ptr, strides) = self._in_ptr, self._out_key
-        send = self._send_side(in_ptr)
-        recv = self._recv_side(out_ptr, strides)
-        plan = self._layout(strides)[0]
-        local = []  # (dst_view, src_view) per box of the local transfer
-        if plan.local is not None:
-            local = [copy_views(piece.direct, HostBuffer(in_ptr, self._itemsize), HostBuffer(out_ptr, self._itemsize))
-                     for piece in plan.local.pieces]
+        in_ptrs, (out_ptrs, strides) = tuple(self._in_ptrs), self._out_key
+        send = self._send_side(in_ptrs)
+        recv = self._recv_side(out_ptrs, strides)
+        plans = self._layout(strides)[0]
+        local = [  # (dst_view, src_view) per field and box of the local transfer
+            copy_views(piece.direct, HostBuffer(src, p.itemsize), HostBuffer(dst, p.itemsize))
+            for p, src, dst in zip(plans, in_ptrs, out_ptrs) if p.local is not None for piece in p.local.pieces
+        ]
         if self.method == "alltoallw":
             return [], [], [], [], 0, local
         recvs = recv.requests + self._null_recvs
@@ -375,24 +416,26 @@ class HostExecutable:
     def _make_alltoallw(self) -> None:
         """(Re)create the persistent Alltoallw (collective: every rank calls it in the same execute)."""
         MPI = self._MPI
-        P, isz = self.plan.nranks, self._itemsize
+        P = self._fields[0].nranks
         if self._a2a is not None:
             self._a2a.Free()
             self._a2a = None
         _, msgs, _ = self._layout(self._out_key[1])
         sc, sd, st = [0] * P, [0] * P, [MPI.BYTE] * P
         rc, rd, rt = [0] * P, [0] * P, [MPI.BYTE] * P
-        for ms, base, c, d, t in ((self._sends, self._in_ptr, sc, sd, st), (msgs, self._out_key[0], rc, rd, rt)):
+        ins, outs = self._in_ptrs[0], self._out_key[0][0]
+        for ms, base, c, d, t in ((self._sends, ins, sc, sd, st), (msgs, outs, rc, rd, rt)):
             for m in ms:
                 if m.mode == "staged":
                     raise NotSupportedError("host method 'alltoallw' needs positive strides on both sides")
-                d[m.peer] = base + m.offset * isz
+                part = m.parts[0]  # one field: lowering refuses 'alltoallw' for several
+                d[m.peer] = base + part.offset * part.itemsize
                 if m.mode == "direct":
                     c[m.peer] = m.nbytes
                 else:
-                    c[m.peer], t[m.peer] = 1, m.dtype
+                    c[m.peer], t[m.peer] = 1, part.dtype
         self._a2a = self.comm.Alltoallw_init([MPI.BOTTOM, sc, sd, st], [MPI.BOTTOM, rc, rd, rt])
-        self._a2a_key = (self._in_ptr, self._out_key)
+        self._a2a_key = (tuple(self._in_ptrs), self._out_key)
 
     # -- the hot path -----------------------------------------------------------------------
 
@@ -413,7 +456,7 @@ class HostExecutable:
                 self._execute_alltoallw(problem)
             elif self._single:
                 if problem is not None:
-                    raise collective.exception(problem, self.plan.rank)
+                    raise collective.exception(problem, self._fields[0].rank)
                 for d, src in self._local:
                     np.copyto(d, src, casting="no")
             else:
@@ -449,10 +492,11 @@ class HostExecutable:
     def _fail(self, problem) -> None:
         """This rank cannot run the exchange: tell every peer (error tag), write nothing, raise."""
         if self._complete:
-            MPI, p = self._MPI, self.plan
-            sizes = [m.nbytes for m in self._sends] + [t.nbytes for t in p.recvs] + [1]
+            MPI = self._MPI
+            recvs = [(t.src, sum(p.recvs[i].nbytes for p in self._fields)) for i, t in enumerate(self._fields[0].recvs)]
+            sizes = [m.nbytes for m in self._sends] + [n for _, n in recvs] + [1]
             scratch = np.zeros(max(sizes), np.uint8)
-            reqs = [self.comm.Irecv([scratch, t.nbytes, MPI.BYTE], t.src, MPI.ANY_TAG) for t in p.recvs]
+            reqs = [self.comm.Irecv([scratch, n, MPI.BYTE], src, MPI.ANY_TAG) for src, n in recvs]
             reqs += [self.comm.Irecv([scratch, 0, MPI.BYTE], s, MPI.ANY_TAG) for s in self._null_from]
             reqs += [self.comm.Isend([scratch, m.nbytes, MPI.BYTE], m.peer, self._err_tag) for m in self._sends]
             reqs += [self.comm.Isend([scratch, 0, MPI.BYTE], d, self._err_tag) for d in self._null_to]
@@ -469,7 +513,7 @@ class HostExecutable:
             collective.agree(self.comm, problem)
 
     def _execute_alltoallw(self, problem) -> None:
-        key = (self._in_ptr, self._out_key)
+        key = (tuple(self._in_ptrs), self._out_key)
         self._flag[0] = 0 if problem is None else 1
         self._flag[1] = int(key != self._a2a_key)
         self.comm.Allreduce(self._flag, self._flag_any, self._MPI.MAX)
@@ -521,15 +565,11 @@ class HostExecutable:
             if r is not None:
                 r.Free()
         self._staged_send_reqs, self._null_recvs, self._null_sends = [None] * len(self._sends), [], []
-        for m in self._sends:
-            if m.dtype is not None:
-                m.dtype.Free()
-                m.dtype = None
-        for _, msgs, _ in self._layouts.values():
-            for m in msgs:
-                if m.dtype is not None:
-                    m.dtype.Free()
-                    m.dtype = None
+        for m in self._sends + [m for _, msgs, _ in self._layouts.values() for m in msgs]:
+            for part in m.parts:
+                if part.dtype is not None:
+                    part.dtype.Free()
+                    part.dtype = None
         self._layouts = {}
         if self._a2a is not None:
             self._a2a.Free()
@@ -543,9 +583,9 @@ class HostExecutable:
             return
         self._freed = True
         self._free_local()
-        self._in_owner = None
+        self._in_owners = [None] * self.nfields
         self._bound = False
-        self._out = self.result
+        self._outs = list(self.results)
 
     def __del__(self) -> None:
         try:
@@ -559,17 +599,18 @@ class HostExecutable:
     @property
     def staging_bytes(self) -> tuple[int, int]:
         """(send, receive) bytes of host staging for the engine-owned result (0, 0 for "datatype")."""
-        return self._send_stage_bytes, self._layout(self.result.strides)[2]
+        return self._send_stage_bytes, self._layout(self._result_strides)[2]
 
     def describe(self) -> str:
-        p = self.plan
+        p = self._fields[0]
         send_stage, recv_stage = self.staging_bytes
         _, recvs, _ = self._layout(self._out_key[1])
         agreement = ("message tags (zero-byte messages complete the graph)" if self._complete
                      else "one Allreduce per execute" if p.nranks > 1 else "none (one rank)")
         lines = [
             f"redist host executable rank {p.rank}/{p.nranks} method={self.method} ({_METHOD_TEXT[self.method]})",
-            (f"  plan key={p.key} itemsize={p.itemsize} out_order={p.out_order} "
+            (f"  plan key={self.plan.key} itemsize={'/'.join(map(str, self._itemsizes))} out_order={p.out_order} "
+             f"{'' if self.nfields == 1 else f'{self.nfields} fields in one exchange, '}"
              f"send={sum(m.nbytes for m in self._sends)} B to {len(self._sends)} peer(s), "
              f"recv={sum(m.nbytes for m in recvs)} B from {len(recvs)} peer(s); agreement: {agreement}"),
             (f"  staging: send {send_stage} B, recv {recv_stage} B "
@@ -578,20 +619,24 @@ class HostExecutable:
         if p.local is not None:
             c = p.local.direct
             boxes = f" in {len(p.local.pieces)} boxes" if p.local.more else ""
-            lines.append(f"  local {p.rank}->{p.rank}: {p.local.nbytes} B numpy copy{boxes}, {c.runs} run(s) of "
-                         f"{c.run_length} elem")
+            fields = "" if self.nfields == 1 else f" per field ({self.nfields})"
+            lines.append(f"  local {p.rank}->{p.rank}: {p.local.nbytes} B numpy copy{boxes}{fields}, {c.runs} run(s) "
+                         f"of {c.run_length} elem")
         how = {
             "direct": "direct ({} in place, one contiguous run)",
             "datatype": "MPI derived datatype ({} {} run(s) of {} elem, no pack)",
+            "struct": "MPI struct datatype over the {} fields' parts, {} ({} run(s) of {} elem in the first)",
             "staged": "{} via staging@{} ({} run(s) of {} elem)",
         }
         for kind, arrow, msgs, side in (("send", "->", self._sends, "from operand"), ("recv", "<-", recvs, "into output")):
             for m in msgs:
-                runs, run = m.runs
+                runs, run = m.parts[0].runs
                 if m.mode == "direct":
                     text = how["direct"].format(side)
                 elif m.mode == "datatype":
                     text = how["datatype"].format(side, runs, run)
+                elif m.mode == "struct":
+                    text = how["struct"].format(len(m.parts), side, runs, run)
                 elif m.shared:
                     text = f"from staging@{m.slot}, packed once for an earlier peer (the same elements)"
                 else:
@@ -602,6 +647,7 @@ class HostExecutable:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<HostExecutable rank={self.plan.rank}/{self.plan.nranks} method={self.method}>"
+        p = self._fields[0]
+        return f"<HostExecutable rank={p.rank}/{p.nranks} method={self.method} fields={self.nfields}>"
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import collective
 from ..errors import InvalidValueError, NotSupportedError
-from ..plan import Plan
+from ..plan import FusedPlan, Plan
 from .executable import AUTO_METHOD, METHODS, HostExecutable
 from .push import PushExecutable, push_problem
 
@@ -43,13 +43,14 @@ def available_methods() -> tuple[str, ...]:
     return _AVAILABLE
 
 
-def lower(plan: Plan, ctx: Context, options: LowerOptions) -> HostExecutable | PushExecutable:
+def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> HostExecutable | PushExecutable:
     """Collective over ``ctx.comm``: lower ``plan`` for MPI with ``options.host_method``.
 
     "auto": "push" (stores into a shared window) when every rank is on one node and there is
     more than one, else "hybrid" (messages). Every rank must pass the same method; a bad method
     or a plan for another rank raises InvalidValueError on every rank, a method this MPI or this
-    job cannot serve NotSupportedError.
+    job cannot serve NotSupportedError. A :class:`FusedPlan` (several fields) moves every field in
+    one exchange ("alltoallw" cannot: NotSupportedError).
     """
     MPI = _mpi()
     t0 = time.perf_counter()
@@ -79,9 +80,15 @@ def lower(plan: Plan, ctx: Context, options: LowerOptions) -> HostExecutable | P
                 f"MPI library ({MPI.Get_library_version().splitlines()[0].strip()}) lacks; use one of "
                 f"{available_methods()}"
             )
+        first = plan.first if isinstance(plan, FusedPlan) else plan
+        if chosen == "alltoallw" and isinstance(plan, FusedPlan) and plan.nfields > 1:
+            raise NotSupportedError(
+                f"host method 'alltoallw' moves one field; these {plan.nfields} fields need host_method 'auto', 'push', "
+                "'hybrid', 'datatype' or 'pack' (one exchange for every field)"
+            )
         if chosen != "push":
             exe = HostExecutable(plan, comm, chosen, tag, options.logger)
-            if chosen == "alltoallw" and any(t.more for t in plan.sends + plan.recvs):
+            if chosen == "alltoallw" and any(t.more for t in first.sends + first.recvs):
                 raise NotSupportedError(
                     f"host method 'alltoallw' sends one MPI datatype per pair of ranks, but rank {plan.rank} exchanges "
                     "several boxes with a peer (replicated inputs, allow_overlap): use host_method='auto'"
@@ -89,7 +96,7 @@ def lower(plan: Plan, ctx: Context, options: LowerOptions) -> HostExecutable | P
             if chosen == "alltoallw" and any(m.mode == "staged" for m in exe._sends):
                 raise NotSupportedError(
                     f"host method 'alltoallw' moves regions as MPI datatypes, which need positive strides; rank "
-                    f"{plan.rank}'s operand has strides {plan.in_strides} (use host_method='auto')"
+                    f"{plan.rank}'s operand has strides {first.in_strides} (use host_method='auto')"
                 )
     if len(set(step.gathered)) > 1:
         raise InvalidValueError(f"ranks disagree on the host method: {step.gathered}")
@@ -101,7 +108,8 @@ def lower(plan: Plan, ctx: Context, options: LowerOptions) -> HostExecutable | P
             "redist host: rank %d/%d lowered plan %s with method=%s in %.3f ms; send bytes per peer %s; "
             "recv bytes per peer %s; local %d B",
             plan.rank, plan.nranks, plan.key, chosen, (time.perf_counter() - t0) * 1e3, plan.send_bytes,
-            plan.recv_bytes, plan.local.nbytes if plan.local is not None else 0,
+            plan.recv_bytes, sum(p.local.nbytes for p in (plan.fields if isinstance(plan, FusedPlan) else (plan,))
+                                 if p.local is not None),
         )
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s", exe.describe())

@@ -1,16 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """Messages of the host backend: how each remote transfer moves, seen from one rank.
 
-A :class:`Message` is one send or receive of a plan: its peer, its bytes, the strided region it
-reads (send) or writes (receive), and its *mode*: ``"direct"`` (one contiguous run, in place),
-``"datatype"`` (an MPI derived datatype straight on the buffer) or ``"staged"`` (numpy pack or
-unpack through engine-owned staging). A :class:`Side` holds the persistent requests and views of
+A :class:`Message` is one send or receive of a plan: its peer, its bytes, and per field a
+:class:`Part`: the strided region it reads (send) or writes (receive). Its *mode*: ``"direct"``
+(one contiguous run, in place), ``"datatype"`` (an MPI derived datatype straight on the buffer),
+``"struct"`` (several fields: one MPI struct datatype over every part) or ``"staged"`` (numpy pack
+or unpack through engine-owned staging). A :class:`Side` holds the persistent requests and views of
 one binding (an operand address, or an output address + strides).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..plan import STAGING_ALIGN, Copy, Transfer
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
     from mpi4py.MPI import Datatype, Prequest
 
-__all__ = ["Message", "Side", "align", "datatype_pays"]
+__all__ = ["Message", "Part", "Side", "align", "datatype_pays"]
 
 
 def align(n: int) -> int:
@@ -49,27 +51,29 @@ def datatype_pays(send: bool, nbytes: int, runs: int, run_bytes: int) -> bool:
     return run_bytes >= HYBRID_RECV_MIN_RUN_BYTES
 
 
-class Message:
-    """One remote transfer seen from this rank (a send or a receive) and how it moves."""
+class Part:
+    """One field's share of a message: the copies of its boxes, its region on this rank, and how
+    it would move on its own (``"direct"``, ``"datatype"`` or ``"staged"``)."""
 
-    __slots__ = ("copies", "dtype", "mode", "nbytes", "offset", "peer", "shape", "shared", "slot", "span", "strides")
+    __slots__ = ("copies", "dtype", "field", "itemsize", "mode", "nbytes", "offset", "shape", "span", "start",
+                 "strides")
 
     copies: tuple[Copy, ...]
     dtype: Datatype | None
+    field: int
+    itemsize: int
     mode: str
     nbytes: int
     offset: int
-    peer: int
     shape: tuple[int, ...]
-    shared: bool
-    slot: int
     span: int
+    start: int
     strides: tuple[int, ...]
 
-    def __init__(self, t: Transfer, send: bool, method: str, itemsize: int) -> None:
+    def __init__(self, field: int, t: Transfer, send: bool, method: str, itemsize: int, start: int) -> None:
+        self.field, self.itemsize, self.start = field, itemsize, start
         self.copies = tuple(p.pack if send else p.unpack for p in t.pieces)  # one per box, into one slot
         c = self.copies[0]
-        self.peer = t.dst if send else t.src
         self.nbytes = t.nbytes
         if send:
             self.offset, self.shape, self.strides = c.src_offset, c.shape, c.src_strides
@@ -89,22 +93,63 @@ class Message:
         else:
             self.mode = "datatype"
         self.dtype = None  # committed MPI datatype when mode == "datatype"
+
+    @property
+    def runs(self) -> tuple[int, int]:
+        """(number of contiguous runs, elements per run) of this rank's side of the part."""
+        run = self.shape[-1] if self.strides[-1] == 1 else 1
+        return math.prod(self.shape) // run, run
+
+
+class Message:
+    """One remote exchange with a peer seen from this rank (a send or a receive): one part per
+    field, one after another in the message's bytes, and how the message moves.
+
+    With one field the mode is the part's. With several, ``"struct"`` sends every part where it is
+    (an MPI struct datatype over their absolute addresses, made per binding) and ``"staged"``
+    packs every part into one slot when any part would be packed on its own.
+    """
+
+    __slots__ = ("mode", "nbytes", "parts", "peer", "shared", "slot")
+
+    mode: str
+    nbytes: int
+    parts: tuple[Part, ...]
+    peer: int
+    shared: bool
+    slot: int
+
+    def __init__(self, transfers: Sequence[Transfer], send: bool, method: str, itemsizes: Sequence[int]) -> None:
+        parts, start = [], 0
+        for f, (t, isz) in enumerate(zip(transfers, itemsizes)):
+            parts.append(Part(f, t, send, method, isz, start))
+            start += t.nbytes
+        self.parts = tuple(parts)
+        self.nbytes = start
+        t = transfers[0]
+        self.peer = t.dst if send else t.src
+        if len(parts) == 1:
+            self.mode = parts[0].mode
+        elif any(p.mode == "staged" for p in parts):
+            self.mode = "staged"
+        else:
+            self.mode = "struct"
         self.slot = -1  # byte offset in this rank's staging when mode == "staged"
         self.shared = False  # staged, and an earlier send packs the same elements into the same slot
 
     @property
-    def runs(self) -> tuple[int, int]:
-        """(number of contiguous runs, elements per run) of this rank's side of the message."""
-        run = self.shape[-1] if self.strides[-1] == 1 else 1
-        return math.prod(self.shape) // run, run
+    def key(self) -> tuple:
+        """What the message packs: equal keys pack the same bytes."""
+        return tuple((p.field, p.copies) for p in self.parts)
 
 
 class Side:
     """The requests and views of one binding (an operand address, or an output address + strides)."""
 
-    __slots__ = ("copies", "requests", "staged_requests")
+    __slots__ = ("copies", "dtypes", "requests", "staged_requests")
 
     def __init__(self) -> None:
+        self.dtypes: list[Datatype] = []  # struct datatypes of this binding's addresses (several fields)
         self.requests: list[Prequest] = []  # persistent requests straight on the bound buffer
         # (dst_view, src_view) pack or unpack pairs through staging
         self.copies: list[tuple[np.ndarray, np.ndarray]] = []
@@ -114,4 +159,6 @@ class Side:
     def free(self) -> None:
         for r in self.requests:
             r.Free()
-        self.requests, self.copies, self.staged_requests = [], [], []
+        for d in self.dtypes:
+            d.Free()
+        self.requests, self.copies, self.staged_requests, self.dtypes = [], [], [], []

@@ -35,7 +35,7 @@ from .. import collective
 from .. import geometry as geo
 from ..buffer import Buffer
 from ..errors import CommunicationError, InvalidValueError, NotSupportedError
-from ..plan import Copy, Plan, simplify
+from ..plan import Copy, FusedPlan, Plan, fuse, simplify
 from ..strided import HostBuffer
 from ._datatypes import copy_views
 from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem
@@ -49,30 +49,40 @@ __all__ = ["PushExecutable"]
 
 
 class PushExecutable:
-    """A plan on one node: peers store into each other's results (see the module docstring)."""
+    """A plan on one node: peers store into each other's results (see the module docstring).
+
+    Several fields (a :class:`~..plan.FusedPlan`) share the window (each field's result at its
+    own offset) and one round of status and arrival messages.
+    """
 
     backend = "host"
     method = "push"
-    plan: Plan
+    plan: Plan | FusedPlan
     comm: MPI.Intracomm
     result: Buffer
+    results: tuple[Buffer, ...]
 
-    def __init__(self, plan: Plan, ctx: Context, tag: int, logger: logging.Logger | None) -> None:
+    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: logging.Logger | None) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
         self.plan = plan
+        self._fields = fields = (plan if isinstance(plan, FusedPlan) else fuse([plan])).fields
+        self.nfields = len(fields)
+        plan = fields[0]
         self.comm = ctx.comm
         self._ctx = ctx
         self._serial = tag
         self._logger = logger
-        isz = self._itemsize = plan.itemsize
         P, me = plan.nranks, plan.rank
         span = max(1, (int(self.comm.Get_attr(MPI.TAG_UB)) + 1) // 4)
         base_tag = 4 * (tag % span)
         self._ok_tag, self._err_tag, self._arrival_tag = base_tag, base_tag + 1, base_tag + 2
-        nbytes = plan.out_elements * isz
-        self._win = MPI.Win.Allocate_shared(max(nbytes, 1), 1, comm=self.comm)
+        # every field's result in the window, each at its own offset (a rank's offsets follow its
+        # output box, which every rank knows)
+        self._offsets = {r: _field_offsets(fields, r) for r in range(P)}
+        nbytes = max(self._offsets[me][-1], 1)
+        self._win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.comm)
         self._win.Lock_all()
         mem, _ = self._win.Shared_query(me)
         self._base = np.frombuffer(mem, np.uint8)
@@ -82,7 +92,10 @@ class PushExecutable:
             self._peer_ptr[t.dst] = MPI.Get_address(m)
         # the window lives until every rank has released it and its result (see _release)
         ctx.retire_later(self._base, tag, self._win)
-        self.result = Buffer(self._base.ctypes.data, plan.out_shape, plan.out_strides, isz, "cpu", owner=self._base)
+        start = self._base.ctypes.data
+        self.results = tuple(Buffer(start + off, p.out_shape, p.out_strides, p.itemsize, "cpu", owner=self._base)
+                             for p, off in zip(fields, self._offsets[me]))
+        self.result = self.results[0]
         self._complete = P <= COMPLETE_MAX
         self._check = None if self._complete else collective.CallCheck(self.comm)
         z = self._zero = np.zeros(1, np.uint8)
@@ -96,71 +109,79 @@ class PushExecutable:
         self._arrival_sends = [self.comm.Send_init(zero, t.dst, self._arrival_tag) for t in plan.sends]
         self._finish = self._arrival_recvs + self._arrival_sends + self._status_sends
         self._others = others
-        self._in_ptr = 0
-        self._in_owner = None
+        self._in_ptrs = [0] * self.nfields
+        self._in_owners: list = [None] * self.nfields
         self._bound = False
-        self._copies: OrderedDict = OrderedDict()  # operand address -> (local pair, [peer pairs])
+        self._copies: OrderedDict = OrderedDict()  # operand addresses -> (local pairs, [peer pairs])
         self._pairs = None
-        self._out = None  # (dst_view, src_view) copying the result into out=, or None
-        self._outs: OrderedDict = OrderedDict()  # (address, strides) -> that pair
+        self._out: list = [None] * self.nfields  # per field: (dst_view, src_view) result -> out=, or None
+        self._outs: OrderedDict = OrderedDict()  # (field, address, strides) -> that pair
         self._freed = False
 
     # -- binding ------------------------------------------------------------------------------
 
-    def bind_input(self, buf: Buffer) -> None:
-        if buf.itemsize != self._itemsize:
-            raise InvalidValueError(f"operand itemsize {buf.itemsize} != planned {self._itemsize}")
-        self.rebind_input(buf.ptr, buf.owner)
+    def bind_input(self, buf: Buffer, field: int = 0) -> None:
+        isz = self._fields[field].itemsize
+        if buf.itemsize != isz:
+            raise InvalidValueError(f"operand itemsize {buf.itemsize} != planned {isz}")
+        self.rebind_input(buf.ptr, buf.owner, field)
 
-    def rebind_input(self, ptr: int, owner: object = None) -> None:
-        self._in_owner = owner
-        if ptr != self._in_ptr or not self._bound:
-            self._in_ptr = ptr
+    def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:
+        self._in_owners[field] = owner
+        if ptr != self._in_ptrs[field] or not self._bound:
+            self._in_ptrs[field] = ptr
             self._bound = True
             self._pairs = None
 
-    def bind_output(self, buf: Buffer | None) -> None:
-        if buf is None or buf.ptr == self.result.ptr and buf.strides == self.result.strides:
-            self._out = None
+    def rebind_inputs(self, ptrs, owners) -> None:
+        for f, (ptr, owner) in enumerate(zip(ptrs, owners)):
+            self.rebind_input(ptr, owner, f)
+
+    def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
+        result, plan = self.results[field], self._fields[field]
+        if buf is None or buf.ptr == result.ptr and buf.strides == result.strides:
+            self._out[field] = None
             return
-        key = (buf.ptr, buf.strides)
+        key = (field, buf.ptr, buf.strides)
         pair = self._outs.get(key)
         if pair is None:
-            shape, (src, dst) = simplify(self.plan.out_shape, self.result.strides, buf.strides)
+            shape, (src, dst) = simplify(plan.out_shape, result.strides, buf.strides)
             whole = Copy(shape, 0, src, 0, dst)  # result -> out=, runs merged where both allow
-            pair = self._outs[key] = copy_views(whole, HostBuffer(self.result.ptr, self._itemsize),
-                                                HostBuffer(buf.ptr, self._itemsize))
-            while len(self._outs) > CACHE_SIZE:
+            pair = self._outs[key] = copy_views(whole, HostBuffer(result.ptr, plan.itemsize),
+                                                HostBuffer(buf.ptr, plan.itemsize))
+            while len(self._outs) > CACHE_SIZE * self.nfields:
                 self._outs.popitem(last=False)
-        self._out = pair if self.plan.out_elements else None
+        self._out[field] = pair if plan.out_elements else None
 
-    def out_problem(self, buf: Buffer) -> str | None:
-        return out_problem(self.plan, buf)
+    def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
+        return out_problem(self._fields[field], buf)
 
-    def out_signature(self, buf: Buffer | None) -> None:
+    def out_signature(self, buf: Buffer | None, field: int = 0) -> None:
         return None
 
     def release_input(self) -> None:
-        self._in_owner = None
-        self._in_ptr = 0
+        self._in_owners = [None] * self.nfields
+        self._in_ptrs = [0] * self.nfields
         self._bound = False
         self._copies.clear()
         self._pairs = None
 
     def _views(self):
-        """(local pair, peer pairs) for the bound operand address, cached per address."""
-        hit = self._copies.get(self._in_ptr)
+        """(local pairs, peer pairs) for the bound operand addresses, cached per addresses."""
+        key = tuple(self._in_ptrs)
+        hit = self._copies.get(key)
         if hit is None:
-            src = HostBuffer(self._in_ptr, self._itemsize)
-            p = self.plan
-            mine = HostBuffer(self.result.ptr, self._itemsize)
-            local = [copy_views(piece.direct, src, mine) for piece in p.local.pieces] if p.local else []
-            peers = [copy_views(piece.direct, src, HostBuffer(self._peer_ptr[t.dst], self._itemsize))
-                     for t in p.sends for piece in t.pieces]
-            hit = self._copies[self._in_ptr] = (local, peers)
+            local, peers = [], []
+            for f, (p, ptr, result) in enumerate(zip(self._fields, key, self.results)):
+                src, isz = HostBuffer(ptr, p.itemsize), p.itemsize
+                if p.local:
+                    local += [copy_views(piece.direct, src, HostBuffer(result.ptr, isz)) for piece in p.local.pieces]
+                peers += [copy_views(piece.direct, src, HostBuffer(self._peer_ptr[t.dst] + self._offsets[t.dst][f], isz))
+                          for t in p.sends for piece in t.pieces]
+            hit = self._copies[key] = (local, peers)
             while len(self._copies) > CACHE_SIZE:
                 self._copies.popitem(last=False)
-        self._copies.move_to_end(self._in_ptr)
+        self._copies.move_to_end(key)
         return hit
 
     # -- the hot path -----------------------------------------------------------------------
@@ -204,8 +225,9 @@ class PushExecutable:
                 MPI.Prequest.Startall(self._arrival_sends)
             MPI.Request.Waitall(self._finish)
             self._win.Sync()
-            if self._out is not None:
-                copyto(self._out[0], self._out[1], casting="no")
+            for pair in self._out:
+                if pair is not None:
+                    copyto(pair[0], pair[1], casting="no")
         except MPI.Exception as e:
             raise CommunicationError(f"redist host backend (push): MPI error in execute: {e}") from e
 
@@ -246,10 +268,12 @@ class PushExecutable:
         self._arrival_recvs = self._arrival_sends = self._finish = []
         self._copies.clear()
         self._outs.clear()
-        self._pairs = self._out = None
-        self._in_owner = None
+        self._pairs = None
+        self._out = [None] * self.nfields
+        self._in_owners = [None] * self.nfields
         self._base = None
         self.result = None  # type: ignore[assignment]  # freed: nothing to read any more
+        self.results = ()
 
     def __del__(self) -> None:
         try:
@@ -259,14 +283,15 @@ class PushExecutable:
             pass
 
     def describe(self) -> str:
-        p = self.plan
+        p = self._fields[0]
         agreement = "status messages to every rank" if self._complete else "one Allreduce"
         lines = [
             f"redist host executable rank {p.rank}/{p.nranks} method=push (one node: peers store into each "
             f"other's results in an MPI shared window; agreement and credit: {agreement}; arrival messages)",
-            f"  plan key={p.key} itemsize={p.itemsize} out_order={p.out_order} "
-            f"stores {sum(t.nbytes for t in p.sends)} B into {len(p.sends)} peer(s), "
-            f"receives {sum(t.nbytes for t in p.recvs)} B from {len(p.recvs)} peer(s)",
+            f"  plan key={self.plan.key} itemsize={'/'.join(str(q.itemsize) for q in self._fields)} "
+            f"out_order={p.out_order}{'' if self.nfields == 1 else f', {self.nfields} fields in one round'} "
+            f"stores {sum(t.nbytes for q in self._fields for t in q.sends)} B into {len(p.sends)} peer(s), "
+            f"receives {sum(t.nbytes for q in self._fields for t in q.recvs)} B from {len(p.recvs)} peer(s)",
         ]
         if p.local is not None:
             c = p.local.direct
@@ -279,14 +304,25 @@ class PushExecutable:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<PushExecutable rank={self.plan.rank}/{self.plan.nranks}>"
+        p = self._fields[0]
+        return f"<PushExecutable rank={p.rank}/{p.nranks} fields={self.nfields}>"
 
 
 SHM_DIR = "/dev/shm"
 SHM_MARGIN = 64 << 20  # what MPI and others keep in /dev/shm beside the windows
 
 
-def push_problem(comm: MPI.Intracomm, plan: Plan) -> str | None:
+def _field_offsets(fields, rank: int) -> list[int]:
+    """Where each field's result starts in rank ``rank``'s window (64-byte aligned), then its size."""
+    offsets, off = [], 0
+    n = geo.volume(fields[0].out_boxes[rank])
+    for p in fields:
+        offsets.append(off)
+        off += -(-(n * p.itemsize) // 64) * 64
+    return offsets + [off]
+
+
+def push_problem(comm: MPI.Intracomm, plan: Plan | FusedPlan) -> str | None:
     """Collective: why "push" cannot serve ``plan`` on ``comm`` (None when it can).
 
     Every rank must share memory with every other (one node), and the node's shared-memory
@@ -308,7 +344,8 @@ def push_problem(comm: MPI.Intracomm, plan: Plan) -> str | None:
     frees = collective.agree(comm, None, free)
     if not one_node:
         return "host method 'push' needs every rank on one node (MPI shared memory); use 'auto' or 'hybrid'"
-    need = sum(geo.volume(b) for b in plan.out_boxes) * plan.itemsize + SHM_MARGIN
+    itemsizes = plan.itemsizes if isinstance(plan, FusedPlan) else (plan.itemsize,)
+    need = sum(geo.volume(b) for b in plan.out_boxes) * sum(itemsizes) + SHM_MARGIN
     if min(frees) < need:
         return (f"host method 'push' needs {need} bytes of shared memory in {SHM_DIR} for the results, but "
                 f"{min(frees)} are free there (rank {frees.index(min(frees))}); enlarge it (docker: --shm-size) "

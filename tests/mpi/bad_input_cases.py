@@ -914,3 +914,173 @@ def objects_dropped_without_free(env):
     r = Redistribute(a, Slab.X, Slab.Y)
     r.plan()
     right(env, r.execute(), g, "after 300 dropped objects")
+
+
+# --- several fields in one exchange (a tuple operand) ----------------------------------------
+
+FIELD_DTYPES = (np.float64, np.float32, np.complex128)
+
+
+def fields(env, dtypes=FIELD_DTYPES):
+    """One operand per field (salted differently) and their global arrays."""
+    got = [operand(env, dt, salt=f) for f, dt in enumerate(dtypes)]
+    return tuple(a for a, _ in got), [g for _, g in got]
+
+
+def planned_fields(env, options=None):
+    ops, gs = fields(env)
+    r = Redistribute(ops, Slab.X, Slab.Y, options=options)
+    r.plan()
+    return r, ops, gs
+
+
+def right_fields(env, res, gs, what="result"):
+    env.check(isinstance(res, tuple) and len(res) == len(gs), f"{what}: not a tuple of {len(gs)} results")
+    for f, (x, g) in enumerate(zip(res, gs)):
+        right(env, x, g, f"{what}, field {f}")
+
+
+@case(OK)
+def fields_every_kind_of_call(env):
+    """Mixed dtypes; out= on some fields and some ranks only, strided; reset_operand of every
+    field and of one; reset_operand_unchecked of every field and of one; release and reset."""
+    r, ops, gs = planned_fields(env)
+    right_fields(env, r.execute(), gs)
+    ghost = np.zeros(tuple(n + 2 for n in want(env, gs[2]).shape), FIELD_DTYPES[2])
+    o = ghost[1:-1, 1:-1, 1:-1] if env.rank == 0 else None
+    res = r.execute(out=(None, None, o))
+    right_fields(env, res, gs, "out= on field 2 of rank 0")
+    env.check(env.rank != 0 or res[2] is o, "out= not returned")
+    twice = tuple(a * 2 for a in ops)
+    r.reset_operand(twice)
+    right_fields(env, r.execute(), [g * 2 for g in gs], "reset_operand of every field")
+    r.reset_operand(ops[1], field=1)
+    right_fields(env, r.execute(), [gs[0] * 2, gs[1], gs[2] * 2], "reset_operand(field=1)")
+    r.reset_operand_unchecked(ops)
+    right_fields(env, r.execute(), gs, "reset_operand_unchecked of every field")
+    r.reset_operand_unchecked(twice[0], field=0)
+    right_fields(env, r.execute(), [gs[0] * 2, gs[1], gs[2]], "reset_operand_unchecked(field=0)")
+    r.release_operand()
+    r.reset_operand(ops)
+    right_fields(env, r.execute(), gs, "after release_operand")
+    r.free()
+
+
+@case(OK)
+def fields_every_host_method(env):
+    from redist.engine.host import available_methods
+
+    for method in ("push",) + tuple(m for m in available_methods() if m != "alltoallw"):
+        r, ops, gs = planned_fields(env, {"host_method": method})
+        for it in range(2):
+            right_fields(env, r.execute(), gs, f"{method} iteration {it}")
+        r.free()
+
+
+@case((E.InvalidValueError, r"inconsistent number of fields .*: rank 0 has 3, but rank {last} 2"))
+def fields_count_differs_last(env):
+    ops, _ = fields(env)
+    Redistribute(ops[:2] if env.is_last() else ops, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"inconsistent number of fields .*: rank 0 has 3, but rank {last} 0"))
+def fields_array_instead_of_tuple_last(env):
+    ops, _ = fields(env)
+    Redistribute(ops[0] if env.is_last() else ops, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"rank {last}: a tuple or list operand needs at least one field"))
+def fields_empty_tuple_last(env):
+    ops, _ = fields(env)
+    Redistribute(() if env.is_last() else ops, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"field 1: inconsistent dtype across ranks: rank 0 has float32, but rank {last} int32"))
+def fields_dtype_differs_last(env):
+    ops, _ = fields(env)
+    if env.is_last():
+        ops = (ops[0], ops[1].astype(np.int32), ops[2])
+    Redistribute(ops, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"rank {last}: field 2 has shape \(\d+, 6, 4\) but field 0 has \(\d+, 6, 5\)"))
+def fields_shape_differs_last(env):
+    ops, _ = fields(env)
+    if env.is_last():
+        ops = (ops[0], ops[1], np.ascontiguousarray(ops[2][:, :, :4]))
+    Redistribute(ops, Slab.X, Slab.Y)
+
+
+@case((E.InvalidValueError, r"rank {last}: the fields have different memory layouts"))
+def fields_layouts_differ_last(env):
+    ops, _ = fields(env)
+    if env.is_last():
+        ops = (ops[0], np.asfortranarray(ops[1]), ops[2])
+    Redistribute(ops, Slab.X, Slab.Y)
+
+
+@case((E.NotSupportedError, r"host method 'alltoallw' moves one field"))
+def fields_alltoallw(env):
+    from redist.engine.host import available_methods
+
+    if "alltoallw" not in available_methods():
+        raise E.NotSupportedError("host method 'alltoallw' moves one field (this MPI lacks it anyway)")
+    planned_fields(env, {"host_method": "alltoallw"})
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): out= must be a tuple of 3 arrays \(one per field\), "
+                            r"got 2 entries"))
+def fields_out_wrong_length_last(env):
+    r, ops, gs = planned_fields(env)
+    res = r.execute()
+    outs = tuple(np.empty_like(x) for x in res)
+    r.execute(out=outs[:2] if env.is_last() else outs)
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= has dtype float64, expected float32"))
+def fields_out_dtype_wrong_last(env):
+    r, ops, gs = planned_fields(env)
+    res = r.execute()
+    outs = [np.empty_like(x) for x in res]
+    if env.is_last():
+        outs[1] = outs[1].astype(np.float64)
+    r.execute(out=tuple(outs))
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= overlaps field 0's operand"))
+def fields_out_is_another_fields_operand_last(env):
+    r, ops, gs = planned_fields(env, {"host_method": "hybrid"})
+    res = r.execute()
+    outs = [np.empty_like(x) for x in res]
+    if env.is_last():  # field 1's float32 out= over field 0's float64 operand bytes (the last rank's is big enough)
+        outs[1] = ops[0].reshape(-1).view(np.float32)[: res[1].size].reshape(res[1].shape)
+    r.execute(out=tuple(outs))
+    right_fields(env, r.execute(), gs, "after the refused call")
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1's out= overlaps field 0's"))
+def fields_outs_overlap_each_other_last(env):
+    r, ops, gs = planned_fields(env)
+    res = r.execute()
+    outs = [np.empty_like(x) for x in res]
+    if env.is_last():
+        outs[1] = outs[0].view(np.float32)[..., : res[1].shape[-1]]
+    r.execute(out=tuple(outs))
+
+
+@case((E.InvalidValueError, r"rank {last}: field 1: The new operand's data type \(float64\) doesn't match"))
+def fields_reset_one_field_wrong_dtype_last(env):
+    r, ops, gs = planned_fields(env)
+    r.reset_operand(ops[1].astype(np.float64) if env.is_last() else ops[1], field=1)
+
+
+@case((E.InvalidValueError, r"rank {last}: reset_operand\(\) needs a tuple of 3 arrays"))
+def fields_reset_wrong_count_last(env):
+    r, ops, gs = planned_fields(env)
+    r.reset_operand(ops[:2] if env.is_last() else ops)
+
+
+@case((E.InvalidValueError, r"rank {last}: field must be an int in \[0, 3\), got 3"))
+def fields_reset_field_out_of_range_last(env):
+    r, ops, gs = planned_fields(env)
+    r.reset_operand(ops[0], field=3 if env.is_last() else 0)

@@ -614,19 +614,20 @@ class _Driver:
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shm, stream, argv, extra):
         run, nout, vec, kind = _FUNCS[func]
         assert (gy, gz, by, bz, shm) == (1, 1, 1, 1, 0) and bx == K.BLOCK
-        nargs = 4 if kind == "plain" else 12
+        nargs = 3 if kind == "plain" else 11
         ptrs = (ctypes.c_void_p * nargs).from_address(argv)
-        in_base = ctypes.c_void_p.from_address(ptrs[0]).value or 0
-        delta = ctypes.c_longlong.from_address(ptrs[1]).value
-        table = ctypes.c_void_p.from_address(ptrs[2]).value
-        nsegs = ctypes.c_int.from_address(ptrs[3]).value
+        bases = (ctypes.c_int64 * (2 * K.MAXF)).from_address(ptrs[0])  # the Bases argument, by value
+        in_base = [b & K.ALL_ONES for b in bases[:K.MAXF]]
+        delta = list(bases[K.MAXF:])
+        table = ctypes.c_void_p.from_address(ptrs[1]).value
+        nsegs = ctypes.c_int.from_address(ptrs[2]).value
         tab = np.frombuffer(self.hub.read(table, max(nsegs, 1) * K.SEG_DTYPE.itemsize).tobytes(),
                             dtype=K.SEG_DTYPE)[:nsegs]
         hub = self.hub
         if kind != "plain":  # the epoch protocol, as copy.cu runs it (waits spin on other ranks' threads)
-            ctl = ctypes.c_void_p.from_address(ptrs[4]).value
-            proto_ptr = ctypes.c_void_p.from_address(ptrs[5]).value
-            P, ncredit, narrive, nwait, wait, bump = (ctypes.c_int.from_address(ptrs[i]).value for i in range(6, 12))
+            ctl = ctypes.c_void_p.from_address(ptrs[3]).value
+            proto_ptr = ctypes.c_void_p.from_address(ptrs[4]).value
+            P, ncredit, narrive, nwait, wait, bump = (ctypes.c_int.from_address(ptrs[i]).value for i in range(5, 11))
             proto = hub.read(proto_ptr, 8 * max(ncredit + narrive + nwait, 1)).view(np.uint64)
             e = self._u64(ctl) + 1
             for i in range(ncredit if kind == "epoch" else 0):

@@ -212,7 +212,7 @@ def run_case(ci, name, gshape, in_boxes, out_boxes, dtype, lay_seed, out_order, 
             if method == "hybrid":
                 for m in exe._sends:
                     MODES_SEEN.add(("send", m.mode))
-                for m in exe._layout(exe.result.strides)[1]:
+                for m in exe._layout((exe.result.strides,))[1]:
                     MODES_SEEN.add(("recv", m.mode))
             d = exe.describe()
             assert isinstance(d, str) and method in d, d
