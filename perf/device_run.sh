@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
-#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi tune nvmath permuted
+#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi tune nvmath permuted fields
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -40,6 +40,9 @@ for s in "$@"; do
       --example-nranks 1 2>&1 | tee "$OUT/nvmath_p1.txt" | tail -25
     REDIST_SHARED_GPU=1 timeout 200 python3 perf/nvmath_suite.py --nvmath-src .nvmath --mode strict --modules none \
       --example-nranks 2 2>&1 | tee "$OUT/nvmath_examples_p2_shared.txt" | tail -18 ;;
+  fields)
+    step "fused fields vs separate exchanges, P=1"
+    timeout 300 $MPI -n 1 python3 perf/bench_fields.py --gpu --n 32 64 128 256 512 --iters 9 2>&1 | tee "$OUT/bench_fields_gpu.md" | tail -9 ;;
   permuted)
     step "permuted results vs dense (+ transpose copy), P=1"
     timeout 200 $MPI -n 1 python3 perf/bench_permuted.py --gpu --n 128 256 512 --iters 9 2>&1 | tee "$OUT/bench_permuted_gpu.md" | tail -6 ;;

@@ -6,7 +6,8 @@ timeout; the worker reduces failures across ranks and rank 0 prints ALL OK. Mode
 parameters, so ``-k replay`` picks one): ``engine`` (the backend at the plan level: layouts,
 dimensions, item sizes, transports, alignment, eager vs graph), ``replay`` (1000 launches with a
 rebind of input and out= every iteration), ``api`` (redist.Redistribute with cupy, torch, numpy
-and RawArray operands, streams, out=, symmetric memory), ``heap`` (a too-large allocation).
+and RawArray operands, streams, out=, symmetric memory), ``fields`` (several arrays in one exchange),
+``heap`` (a too-large allocation).
 Cases of P ranks need P GPUs, or one GPU and ``REDIST_SHARED_GPU=1`` (several NVSHMEM PEs on one
 GPU: correct but slow, the processes time-slice; ids end in ``-shared``).
 """
@@ -25,7 +26,7 @@ ENV.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 ENV.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
 ENV.setdefault("PYTHONUNBUFFERED", "1")
 
-MODES = {"engine": 300, "replay": 240, "api": 240}
+MODES = {"engine": 300, "replay": 240, "api": 240, "fields": 180}
 
 
 @pytest.mark.parametrize("nranks", gpu_ranks(1, 2, 3, 4))

@@ -987,3 +987,115 @@ def test_dropped_executable_retires_every_layout_variant_under_one_serial():
             e.__del__()
         lists.append(rt._retired)
     assert lists[0] == lists[1] == {7: ([0x500, 0x600, 0x700, 0x100, 0x200, 0x300, 0x400], [])}
+
+
+# --------------------------------------------------------------------------------------------
+# fused fields: several arrays of the same boxes in one launch list
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["push", "put", "mixed"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fused_fields_emulated(transport, seed):
+    """Three fields (element sizes 8, 4, 16; one of them strided) in one launch list: every field
+    right on every rank, one put per peer, the kernel picking each segment's field bases."""
+    from redist.engine.plan import fuse
+
+    rng = np.random.default_rng(seed)
+    p = int(rng.integers(1, 5))
+    gshape = tuple(int(x) for x in rng.integers(2, 9, 3))
+    ib, ob = random_boxes(gshape, p, rng), random_boxes(gshape, p, rng)
+    itemsizes = (8, 4, 16)
+    padded = [tuple(int(s) for s in geo.dense_strides(tuple(n + 1 for n in geo.box_shape(b)), "C")) for b in ib]
+    strides = [None, padded, None]  # field 1: operands padded by one element per axis
+    Gs = [global_bytes(gshape, isz, seed + f) for f, isz in enumerate(itemsizes)]
+    plans = [fuse([make_plan(r, ib, ob, itemsize=isz, in_strides=st) for isz, st in zip(itemsizes, strides)])
+             for r in range(p)]
+    inputs = [[operand_bytes(G, ib[r], (st or [geo.dense_strides(geo.box_shape(ib[r]), "C")] * p)[r], isz)
+               for G, isz, st in zip(Gs, itemsizes, strides)] for r in range(p)]
+    reach = None
+    if transport == "mixed":
+        reach = rng.random((p, p)) < 0.5
+        np.fill_diagonal(reach, True)
+    outs, lls = emulate_job(plans, inputs, reach=reach, transport="auto" if transport == "mixed" else transport)
+    for r in range(p):
+        for f, (G, off) in enumerate(zip(Gs, lls[r].field_offsets)):
+            want = expected_bytes(G, ob[r], "C")
+            assert np.array_equal(outs[r][off: off + len(want)], want), f"rank {r} field {f} ({transport})"
+        puts = [st for st in lls[r].steps if st.op == "put"]
+        assert len(puts) == len({st.pe for st in puts}), "one put per peer, every field in it"
+        segs = [s for k in lls[r].kernels for s in k.segments]
+        assert {s.field for s in segs} <= {0, 1, 2}
+
+
+def test_fused_fields_limit():
+    from redist.engine.errors import NotSupportedError
+    from redist.engine.plan import fuse
+
+    boxes = [((0,), (4,))]
+    plan = fuse([make_plan(0, boxes, boxes, itemsize=4)] * (K.MAXF + 1))
+    with pytest.raises(NotSupportedError, match=f"at most {K.MAXF} fields"):
+        build_launch_list(plan)
+
+
+@pytest.mark.parametrize("transport", ["push", "put"])
+def test_fused_executable_on_a_simulated_job(transport, monkeypatch):
+    """Three fields through one CudaExecutable: per-field rebinds (all at once and one alone),
+    out= on one field, a strided out= layout on another, a problem on one rank."""
+    from redist.engine.buffer import Buffer
+    from redist.engine.plan import fuse
+
+    monkeypatch.setenv("REDIST_CUDA_GRAPHS", "0")  # the out= layout variant too: no CUDA graphs in the simulation
+    p, gshape, sizes = 3, (7, 6, 5), (8, 4, 16)
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    Gs = [[global_bytes(gshape, isz, 10 * k + f) for f, isz in enumerate(sizes)] for k in range(2)]
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        plan = fuse([make_plan(r, ib, ob, itemsize=isz) for isz in sizes])
+        exe = _lower(rt, plan, transport=transport)
+        exe.graphs = False
+        assert exe.nfields == 3 and len(exe.results) == 3
+        ops = [[], []]
+        for k in range(2):
+            for f, isz in enumerate(sizes):
+                a = operand_bytes(Gs[k][f], ib[r], geo.dense_strides(geo.box_shape(ib[r])), isz)
+                ptr = rt.dev_alloc(len(a) + 16) + (4 if (k, f) == (1, 2) else 0)  # one 4-byte aligned operand
+                rt.hub.write(ptr, a)
+                ops[k].append(ptr)
+        shape = geo.box_shape(ob[r])
+        out = rt.sym_alloc(exe.result_bytes, owner="user")
+        out_buf = _device_buffer(out + 256, shape, sizes[1])  # field 1's out=
+        ghost = tuple(n + 2 for n in shape)
+        gstrides = geo.dense_strides(ghost, "C")
+        goff = sum(gstrides) * sizes[2]
+        grid = rt.sym_alloc(math.prod(ghost) * sizes[2] + 64, owner="user")
+        strided = Buffer(grid + goff, shape, gstrides, sizes[2], "cuda", 0)  # field 2: a ghosted interior
+        assert exe.out_problem(out_buf, 1) is None and exe.out_problem(strided, 2) is None
+        for it in range(5):
+            k = it % 2
+            if it == 3:
+                exe.rebind_input(ops[1][1], field=1)  # one field alone: the others keep iteration 2's
+            else:
+                exe.rebind_inputs(ops[k], [None] * 3)
+            exe.bind_output(out_buf if it >= 1 else None, 1)
+            exe.bind_output(strided if it >= 2 else None, 2)
+            exe.execute(0)
+            rt.comm.allgather(None)
+            for f, isz in enumerate(sizes):
+                src = int(f == 1) if it == 3 else k
+                want = expected_bytes(Gs[src][f], ob[r], "C")
+                if f == 1 and it >= 1:
+                    got = rt.hub.read(out + 256, len(want))
+                elif f == 2 and it >= 2:
+                    whole = rt.hub.read(grid, math.prod(ghost) * isz).reshape(ghost + (isz,))
+                    got = np.ascontiguousarray(whole[1:-1, 1:-1, 1:-1]).reshape(-1)
+                else:
+                    got = rt.hub.read(exe.results[f].ptr, len(want))
+                assert np.array_equal(got, want), (r, it, f)
+            rt.comm.allgather(None)
+        with pytest.raises(InvalidValueError, match="rank 2: planted"):
+            exe.execute(0, problem=("InvalidValueError", "planted") if r == 2 else None)
+        exe.free()
+
+    _run_threads(p, rank)

@@ -15,9 +15,10 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import random_boxes
 from redist import BlockNonCyclic, ProcessGrid, Slab
 from redist.engine import geometry as geo
-from redist.engine.plan import STAGING_ALIGN, Copy, make_plan, plan_key, simplify
+from redist.engine.plan import STAGING_ALIGN, Copy, fuse, make_plan, plan_key, simplify
 from redist.engine.reference import empty_output, execute_reference
 
 
@@ -416,3 +417,55 @@ def test_staged_mode_moves_bits_not_values():
     for mode in ("direct", "staged"):
         for o, b in zip(execute_reference(plans, inputs, mode=mode), ob):
             assert o.view(np.uint64).tolist() == np.ascontiguousarray(glob[sl(b)]).view(np.uint64).tolist()
+
+
+def test_fuse_one_plan_keeps_its_staging():
+    """A single plan fused is laid out as the plan itself (backends lower every plan fused)."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        p = int(rng.integers(1, 6))
+        g = tuple(int(x) for x in rng.integers(1, 9, 3))
+        ib, ob = random_boxes(g, p, rng), random_boxes(g, p, rng)
+        for r in range(p):
+            plan = make_plan(r, ib, ob, itemsize=8)
+            f = fuse([plan])
+            assert (f.send_offsets, f.recv_offsets, f.remote_offsets) == (plan.send_offsets, plan.recv_offsets,
+                                                                          plan.remote_offsets)
+            assert (f.max_send_staging_bytes, f.max_recv_staging_bytes) == (plan.max_send_staging_bytes,
+                                                                           plan.max_recv_staging_bytes)
+            assert all(parts == (0,) for parts in f.send_parts + f.recv_parts)
+
+
+def test_fuse_slots_agree_between_sender_and_receiver():
+    """Every field's part of a pair's slot starts at the same place for the sender (send_parts,
+    remote_offsets) and the receiver (recv_parts, recv_offsets), aligned, big enough, disjoint."""
+    rng = np.random.default_rng(4)
+    itemsizes = (8, 4, 16, 1)
+    for _ in range(20):
+        p = int(rng.integers(2, 6))
+        g = tuple(int(x) for x in rng.integers(1, 9, 3))
+        ib, ob = random_boxes(g, p, rng), random_boxes(g, p, rng)
+        fused = [fuse([make_plan(r, ib, ob, itemsize=s) for s in itemsizes]) for r in range(p)]
+        for r, f in enumerate(fused):
+            assert f.nfields == 4 and f.itemsizes == itemsizes
+            for i, t in enumerate(f.first.sends):
+                q = fused[t.dst]
+                j = [u.src for u in q.first.recvs].index(r)
+                assert f.remote_offsets[i] == q.recv_offsets[j]
+                assert f.send_parts[i] == q.recv_parts[j]
+                ends = [part + fp.sends[i].nbytes for part, fp in zip(f.send_parts[i], f.fields)]
+                assert all(part % STAGING_ALIGN == 0 for part in f.send_parts[i])
+                assert all(e <= nxt for e, nxt in zip(ends, f.send_parts[i][1:])), "parts overlap"
+                assert f.send_offsets[i] + ends[-1] <= f.send_staging_bytes <= f.max_send_staging_bytes
+            assert f.send_bytes == {t.dst: sum(fp.sends[i].nbytes for fp in f.fields)
+                                    for i, t in enumerate(f.first.sends)}
+            assert "4 field(s)" in f.describe()
+
+
+def test_fuse_refuses_other_boxes():
+    a = make_plan(0, [((0,), (4,))], [((0,), (4,))], itemsize=8)
+    b = make_plan(0, [((0,), (5,))], [((0,), (5,))], itemsize=8)
+    with pytest.raises(ValueError, match="field 1's plan has other boxes"):
+        fuse([a, b])
+    with pytest.raises(ValueError, match="at least one plan"):
+        fuse([])

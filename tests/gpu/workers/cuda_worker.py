@@ -795,7 +795,90 @@ def run_heap(fails: Fails):
         runtime.stop()
 
 
-MODES = {"engine": run_engine, "replay": run_replay, "api": run_api, "bench": run_bench, "heap": run_heap}
+def run_fields(fails: Fails):
+    """Several fields in one exchange (a tuple of cupy arrays): every transport, rebinds of every
+    field and of one, out= tuples (symmetric, one of them a ghosted interior), a bad out= on the last
+    rank only, release_workspace; the graph is one launch for all of them."""
+    import cupy as cp
+    import redist
+    from redist import Slab
+
+    dev = local_device()
+    cp.cuda.Device(dev).use()
+    redist.initialize(device_id=dev)
+
+    def check(name, got, want):
+        got = cp.asnumpy(got)
+        if got.shape != want.shape or not np.array_equal(got, want):
+            fails.add(f"fields {name}: result differs (shape {got.shape} vs {want.shape})")
+
+    g = (8, 6, 10)
+    ibox, obox = Slab.X.box(rank, g, nranks=P), Slab.Y.box(rank, g, nranks=P)
+    isl = tuple(slice(lo, hi) for lo, hi in zip(ibox.lower, ibox.upper))
+    osl = tuple(slice(lo, hi) for lo, hi in zip(obox.lower, obox.upper))
+    dtypes = (np.complex64, np.float32, np.float64)
+    globs = [(np.arange(math.prod(g)).reshape(g) * (f + 1)).astype(dt) for f, dt in enumerate(dtypes)]
+    n = obox.box_shape
+    for transport in ("auto", "put"):
+        ops = tuple(cp.asarray(G[isl]) for G in globs)
+        twice = tuple(a * 2 for a in ops)
+        with redist.Redistribute(ops, Slab.X, Slab.Y, options={"transport": transport}) as r:
+            r.plan()
+            for it in range(3):
+                res = r.execute()
+            cp.cuda.get_current_stream().synchronize()
+            assert isinstance(res, tuple) and len(res) == 3
+            for f, G in enumerate(globs):
+                check(f"{transport} field {f}", res[f], G[osl])
+                assert res[f].dtype == dtypes[f]
+            again = r.execute()
+            assert all(x.data.ptr == y.data.ptr for x, y in zip(res, again)), "results must be persistent"
+            r.reset_operand_unchecked(twice)
+            res = r.execute()
+            cp.cuda.get_current_stream().synchronize()
+            for f, G in enumerate(globs):
+                check(f"{transport} unchecked field {f}", res[f], G[osl] * 2)
+            r.reset_operand_unchecked(ops[1], field=1)
+            res = r.execute()
+            cp.cuda.get_current_stream().synchronize()
+            for f, G in enumerate(globs):
+                check(f"{transport} unchecked field=1, field {f}", res[f], G[osl] * (1 if f == 1 else 2))
+            r.reset_operand(ops)
+            outs = [redist.allocate_symmetric_memory(n, "cupy", dtype=dt, make_symmetric=True) for dt in dtypes]
+            big = redist.allocate_symmetric_memory(tuple(x + 2 for x in g), "cupy", dtype=dtypes[2],
+                                                   make_symmetric=True)
+            big[...] = -1
+            inner = big[1:1 + n[0], 1:1 + n[1], 1:1 + n[2]]
+            for k in range(2):
+                got = r.execute(out=(outs[0], None, inner))
+                cp.cuda.get_current_stream().synchronize()
+                assert got[0] is outs[0] and got[2] is inner
+                for f, G in enumerate(globs):
+                    check(f"{transport} out= #{k} field {f}", got[f], G[osl])
+                outside = int((cp.asnumpy(big) != -1).sum()) - inner.size
+                assert outside == 0, f"{outside} ghost cells written"
+                res = r.execute(release_workspace=k == 1)
+                cp.cuda.get_current_stream().synchronize()
+                for f, G in enumerate(globs):
+                    check(f"{transport} after out= #{k} field {f}", res[f], G[osl])
+            bad = cp.empty(n, dtype=dtypes[1])  # not symmetric: refused on every rank, naming the field
+            try:
+                r.execute(out=(None, bad if rank == P - 1 else None, None))
+                fails.add("fields: a non-symmetric out= for field 1 on the last rank was accepted")
+            except redist.InvalidValueError as e:
+                assert f"rank {P - 1}" in str(e) and "field 1" in str(e), str(e)
+            res = r.execute()
+            cp.cuda.get_current_stream().synchronize()
+            for f, G in enumerate(globs):
+                check(f"{transport} after a refused out= field {f}", res[f], G[osl])
+            assert r.graph() != 0
+        for x in outs + [big]:  # the Redistribute is freed: no graph may use them any more
+            redist.free_symmetric_memory(x)
+        if rank == 0:
+            log(f"fields {transport} ok")
+
+
+MODES = {"engine": run_engine, "replay": run_replay, "api": run_api, "bench": run_bench, "heap": run_heap, "fields": run_fields}
 
 
 def main():
