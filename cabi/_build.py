@@ -40,13 +40,23 @@ typedef struct redist_options_s {
     int32_t result_order[16];
     int32_t allow_overlap;
 } redist_options_t;
-extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int64_t *,
-                                          const int64_t *, const int64_t *, const int64_t *, int64_t,
-                                          int32_t, int32_t, uintptr_t, const redist_options_t *);
+extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
+                                          const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                                          int32_t, int32_t, const uintptr_t *, const redist_options_t *);
+extern "Python" int32_t _redist_py_create_fields(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
+                                                 const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                                                 int32_t, int32_t, const uintptr_t *, const redist_options_t *);
 extern "Python" int32_t _redist_py_plan(intptr_t, uintptr_t);
 extern "Python" int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, const int64_t *, uintptr_t *);
+extern "Python" int32_t _redist_py_execute_fields(intptr_t, uintptr_t, const uintptr_t *, const int64_t *,
+                                                  uintptr_t *);
 extern "Python" int32_t _redist_py_reset_operand(intptr_t, uintptr_t);
 extern "Python" int32_t _redist_py_reset_operand_unchecked(intptr_t, uintptr_t);
+extern "Python" int32_t _redist_py_reset_operands(intptr_t, const uintptr_t *);
+extern "Python" int32_t _redist_py_reset_operands_unchecked(intptr_t, const uintptr_t *);
+extern "Python" int32_t _redist_py_reset_operand_field(intptr_t, int32_t, uintptr_t);
+extern "Python" int32_t _redist_py_reset_operand_field_unchecked(intptr_t, int32_t, uintptr_t);
+extern "Python" int32_t _redist_py_get_nfields(intptr_t, int32_t *);
 extern "Python" int32_t _redist_py_release_operand(intptr_t);
 extern "Python" int32_t _redist_py_free(intptr_t);
 extern "Python" int32_t _redist_py_graph(intptr_t, uintptr_t, uintptr_t *);

@@ -40,7 +40,7 @@ _mpi_finalized = False
 
 
 class _Handle:
-    """One redist_t: the Redistribute object and how to turn addresses into RawArrays."""
+    """One redist_t: the Redistribute object and how to turn addresses into RawArrays (per field)."""
 
     __slots__ = (
         "_ops",
@@ -50,45 +50,68 @@ class _Handle:
         "in_strides",
         "itemsize",
         "memory",
+        "nfields",
         "order",
         "out_shape",
         "out_strides",
         "r",
     )
 
-    def __init__(self, r, op, out_shape, order, dense_order):
+    def __init__(self, r, ops, out_shape, order, dense_order, nfields=0):
         self.r = r
-        self.in_shape, self.in_strides = op.shape, op.strides
+        self.nfields = nfields  # 0: one array (redist_create, redist_create_ex); else redist_create_fields
+        self.in_shape = ops[0].shape
+        self.in_strides = [op.strides for op in ops]  # per field
+        self.itemsize = [op.itemsize for op in ops]
         self.out_shape = out_shape
         self.out_strides = dense_strides(out_shape, order)  # out= is dense in the result's order
-        self.itemsize, self.memory, self.device_id = op.itemsize, op.memory, op.device_id
+        self.memory, self.device_id = ops[0].memory, ops[0].device_id
         self.order = dense_order  # of a dense operand given by address
-        self._ops = {op.ptr: op}
-        self._outs = {}  # address -> RawArray
+        self._ops = [{op.ptr: op} for op in ops]  # per field: address -> RawArray
+        self._outs = [{} for _ in ops]  # per field: address (and strides) -> RawArray
 
-    def operand(self, ptr: int):
-        op = self._ops.get(ptr)
+    def operand(self, ptr: int, field: int = 0):
+        op = self._ops[field].get(ptr)
         if op is None:
             if not ptr and math.prod(self.in_shape):
                 raise E.InvalidValueError(
-                    f"the operand is NULL but this rank's input box holds {math.prod(self.in_shape)} elements")
-            if len(self._ops) >= _CACHE_MAX:
-                self._ops.clear()
-            op = self._ops[ptr] = _raw(ptr, self.in_shape, self.in_strides, self.itemsize, self.memory,
-                                       self.device_id, self.order)
+                    f"{_at(self, field)}the operand is NULL but this rank's input box holds "
+                    f"{math.prod(self.in_shape)} elements")
+            cache = self._ops[field]
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            op = cache[ptr] = _raw(ptr, self.in_shape, self.in_strides[field], self.itemsize[field], self.memory,
+                                   self.device_id, self.order)
         return op
 
-    def out(self, ptr: int, strides: tuple[int, ...] | None = None):
+    def operands(self, ptrs) -> tuple:
+        """The RawArrays of a C array of ``nfields`` operand addresses (NULL: every one NULL)."""
+        addrs = _ffi.unpack(ptrs, self.nfields) if ptrs else (0,) * self.nfields
+        return tuple(self.operand(p, f) for f, p in enumerate(addrs))
+
+    def out(self, ptr: int, strides: tuple[int, ...] | None = None, field: int = 0):
         """``out=`` for ``ptr`` (dense in the result's order, or element ``strides``): the RawArray,
         made once per address and strides (Redistribute checks a new one)."""
         key = ptr if strides is None else (ptr, strides)
-        raw = self._outs.get(key)
+        cache = self._outs[field]
+        raw = cache.get(key)
         if raw is None:
-            if len(self._outs) >= _CACHE_MAX:
-                self._outs.clear()
-            raw = self._outs[key] = _raw(ptr, self.out_shape, self.out_strides if strides is None else strides,
-                                         self.itemsize, self.memory, self.device_id, self.order)
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            raw = cache[key] = _raw(ptr, self.out_shape, self.out_strides if strides is None else strides,
+                                    self.itemsize[field], self.memory, self.device_id, self.order)
         return raw
+
+    def field(self, field: int) -> int:
+        """A 0-based field index, checked."""
+        if not 0 <= field < self.nfields:
+            raise E.InvalidValueError(f"field must be in 0..{self.nfields - 1} (0-based), got {field}")
+        return field
+
+
+def _at(h, field: int) -> str:
+    """"field f: " before a message about field ``f`` of a fields handle; "" for one array."""
+    return f"field {field}: " if h.nfields else ""
 
 
 def _raw(ptr, shape, strides, itemsize, memory, device_id, order):
@@ -278,55 +301,104 @@ def _options(ptr, order: int) -> dict:
             "signal": _SIGNALS[ptr.signal]}
 
 
-def _create(handle_p, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_size, order, memory,
-            operand, options_p):
+def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_sizes, order,
+            memory, operands, options_p, fields=False):
+    """redist_create, redist_create_ex (``fields`` False: one array, ``nfields`` 1) and
+    redist_create_fields (``in_strides`` [nfields][ndim], ``element_sizes`` and ``operands`` [nfields])."""
     global _next_id
     if not redist.is_initialized():
-        raise E.NotInitializedError("call redist_initialize() before redist_create()")
+        raise E.NotInitializedError(f"call redist_initialize() before redist_create{'_fields' if fields else ''}()")
     ctx = redist.get_context()
     # Decode locally, then agree: a bad argument on one rank fails redist_create on every rank.
-    op = None
+    ops = None
     with _collective.attempt(ctx.engine.comm) as step:
         if not handle_p:
             raise ValueError("handle (the redist_t * out-argument) is NULL")
+        if fields and nfields < 1:
+            why = " (redist_create_fields_f passes -1 when its field arrays differ in size)" if nfields == -1 else ""
+            raise ValueError(f"nfields must be at least 1, got {nfields}{why}")
         if not 1 <= ndim <= _MAX_NDIM:
             why = " (redist_create_f passes -1 when its bound arrays differ in size)" if ndim == -1 else ""
             raise ValueError(f"ndim must be in 1..{_MAX_NDIM}, got {ndim}{why}")
         lo, hi = _unpack(in_lower, ndim, "in_lower"), _unpack(in_upper, ndim, "in_upper")
         olo, ohi = _unpack(out_lower, ndim, "out_lower"), _unpack(out_upper, ndim, "out_upper")
-        strides = _unpack(in_strides, ndim, "in_strides") if in_strides else None
-        if element_size <= 0:
-            raise ValueError(f"element_size must be positive, got {element_size}")
+        strides = _unpack(in_strides, nfields * ndim, "in_strides") if in_strides else None
+        sizes = _unpack(element_sizes, nfields, "element_sizes")
         opts = _options(options_p, order)
         if memory not in (0, 1):
             raise ValueError(f"memory must be REDIST_MEMORY_HOST (0) or REDIST_MEMORY_DEVICE (1), got {memory}")
         shape = tuple(h - l for l, h in zip(lo, hi))
         nelem = math.prod(max(0, n) for n in shape)
-        if nelem and not operand:
-            raise ValueError(f"operand is NULL but the input box holds {nelem} elements")
+        if nelem and not operands:
+            raise ValueError(f"operands is NULL but the input box holds {nelem} elements")
+        ptrs = _ffi.unpack(operands, nfields) if operands else (0,) * nfields
         ordc = opts["result_layout"]  # "C"/"F", or the axes of result_order
         if not isinstance(ordc, str) and len(ordc) != ndim:
             raise ValueError(f"options->result_ndim is {len(ordc)} but ndim is {ndim}")
         dense = ordc if isinstance(ordc, str) else "CF"[options_p.order]  # a dense operand's order
-        op = _raw(operand, shape, strides, element_size, ("cpu", "cuda")[memory],
-                  ctx.device_id if memory == 1 else None, dense)
-        step.payload = (ordc, memory)
-    if len(set(step.gathered)) > 1:
+        ops = []
+        for f, (size, ptr) in enumerate(zip(sizes, ptrs)):
+            at, name = (f"field {f}: ", f"element_sizes[{f}]") if fields else ("", "element_size")
+            if size <= 0:
+                raise ValueError(f"{at}{name} must be positive, got {size}")
+            if nelem and not ptr:
+                raise ValueError(f"{at}{'operands[%d]' % f if fields else 'operand'} is NULL but the input box "
+                                 f"holds {nelem} elements")
+            ops.append(_raw(ptr, shape, strides[f * ndim:(f + 1) * ndim] if strides else None, size,
+                            ("cpu", "cuda")[memory], ctx.device_id if memory == 1 else None, dense))
+        step.payload = (ordc, memory, nfields, sizes)
+    if len({p[:2] for p in step.gathered}) > 1:
         raise E.InvalidValueError(
             "order and memory must be the same on every rank; got (order, memory) = "
-            + ", ".join(f"rank {r}: {k}" for r, k in enumerate(step.gathered))
+            + ", ".join(f"rank {r}: {k[:2]}" for r, k in enumerate(step.gathered))
         )
+    if fields:
+        _same_everywhere([p[2] for p in step.gathered], "nfields")
+        for f in range(nfields):
+            _same_everywhere([p[3][f] for p in step.gathered], f"field {f}: element_sizes[{f}]")
     # The result is dense in the order the C caller names, whatever the operand strides suggest.
-    r = redist.Redistribute(op, (lo, hi), (olo, ohi), options=opts)
+    r = redist.Redistribute(tuple(ops) if fields else ops[0], (lo, hi), (olo, ohi), options=opts)
     try:
         hid = _next_id
         _next_id += 1
-        _handles[hid] = _Handle(r, op, tuple(h - l for l, h in zip(olo, ohi)), ordc, dense)
+        _handles[hid] = _Handle(r, ops, tuple(h - l for l, h in zip(olo, ohi)), ordc, dense, nfields if fields else 0)
     except BaseException:
         r.free()
         raise
     handle_p[0] = hid
     return 0
+
+
+def _create_fields(*args):
+    return _create(*args, fields=True)
+
+
+def _same_everywhere(values: list, what: str) -> None:
+    """Raise (on every rank: ``values`` are every rank's) unless ``what`` is the same on every rank."""
+    bad = [(r, v) for r, v in enumerate(values) if v != values[0]]
+    if bad:
+        raise E.InvalidValueError(f"{what} must be the same on every rank: rank 0 has {values[0]}, but "
+                                  + ", ".join(f"rank {r} has {v}" for r, v in bad))
+
+
+def _one(hid) -> _Handle:
+    """The handle of a one-array function (redist_execute, redist_reset_operand...), checked. Local."""
+    h = _handles.get(hid) or _lookup(hid)
+    if h.nfields:
+        raise E.InvalidValueError(
+            f"redist_t handle {hid} moves {h.nfields} fields (made by redist_create_fields): use the fields "
+            "functions (redist_execute_fields, redist_reset_operands...)")
+    return h
+
+
+def _fields(hid) -> _Handle:
+    """The handle of a fields function (redist_execute_fields, redist_reset_operands...), checked. Local."""
+    h = _handles.get(hid) or _lookup(hid)
+    if not h.nfields:
+        raise E.InvalidValueError(
+            f"redist_t handle {hid} moves one array (made by redist_create or redist_create_ex): use the one-array "
+            "functions (redist_execute, redist_reset_operand...)")
+    return h
 
 
 def _plan(hid, stream):
@@ -337,11 +409,11 @@ def _plan(hid, stream):
 
 def _execute(hid, stream, out, strides, result_p):
     """redist_execute and redist_execute_strided (``strides`` NULL: a dense out; errors say redist_execute)."""
-    h = _handles.get(hid) or _lookup(hid)
+    h = _one(hid)
     if not out:
         res = h.r.execute(stream=stream or None)
     elif not strides:
-        res = h.r.execute(stream=stream or None, out=h._outs.get(out) or h.out(out))
+        res = h.r.execute(stream=stream or None, out=h._outs[0].get(out) or h.out(out))
     else:
         st = tuple(int(v) for v in _ffi.unpack(strides, len(h.out_shape)))
         res = h.r.execute(stream=stream or None, out=h.out(out, st))
@@ -349,8 +421,29 @@ def _execute(hid, stream, out, strides, result_p):
     return 0
 
 
+def _execute_fields(hid, stream, outs, strides, results_p):
+    """redist_execute_fields and redist_execute_fields_strided (``strides`` NULL: dense outs)."""
+    h = _fields(hid)
+    n = h.nfields
+    if results_p:
+        for f in range(n):
+            results_p[f] = 0
+    if not outs:
+        res = h.r.execute(stream=stream or None)
+    else:
+        nd = len(h.out_shape)
+        st = _ffi.unpack(strides, n * nd) if strides else None
+        res = h.r.execute(stream=stream or None, out=tuple(
+            None if not p else h.out(p, None if st is None else tuple(st[f * nd:(f + 1) * nd]), f)
+            for f, p in enumerate(_ffi.unpack(outs, n))))
+    if results_p:
+        for f, a in enumerate(res):
+            results_p[f] = a.ptr
+    return 0
+
+
 def _reset_operand(hid, operand):
-    h = _handles.get(hid) or _lookup(hid)
+    h = _one(hid)
     op = None
     # collective like the rest of reset_operand's checks: a NULL on one rank fails every rank
     with _collective.attempt(redist.get_context().engine.comm):
@@ -360,8 +453,46 @@ def _reset_operand(hid, operand):
 
 
 def _reset_operand_unchecked(hid, operand):
-    h = _handles.get(hid) or _lookup(hid)
+    h = _one(hid)
     h.r.reset_operand_unchecked(h.operand(operand))
+    return 0
+
+
+def _reset_operands(hid, operands):
+    h = _fields(hid)
+    ops = None
+    with _collective.attempt(redist.get_context().engine.comm):  # a NULL on one rank fails every rank
+        ops = h.operands(operands)
+    h.r.reset_operand(ops)
+    return 0
+
+
+def _reset_operands_unchecked(hid, operands):
+    h = _fields(hid)
+    h.r.reset_operand_unchecked(h.operands(operands))
+    return 0
+
+
+def _reset_operand_field(hid, field, operand):
+    h = _fields(hid)
+    op = None
+    with _collective.attempt(redist.get_context().engine.comm):  # a bad field on one rank fails every rank
+        op = h.operand(operand, h.field(field))
+    h.r.reset_operand(op, field=field)
+    return 0
+
+
+def _reset_operand_field_unchecked(hid, field, operand):
+    h = _fields(hid)
+    h.r.reset_operand_unchecked(h.operand(operand, h.field(field)), field=field)
+    return 0
+
+
+def _get_nfields(hid, nfields_p):
+    h = _handles.get(hid) or _lookup(hid)
+    if not nfields_p:
+        raise ValueError("nfields (the int32_t * out-argument) is NULL")
+    nfields_p[0] = h.nfields
     return 0
 
 
@@ -389,10 +520,17 @@ _BODIES = {
     "_redist_py_finalize": _finalize,
     "_redist_py_comm_rank": _comm_rank,
     "_redist_py_create": _create,
+    "_redist_py_create_fields": _create_fields,
     "_redist_py_plan": _plan,
     "_redist_py_execute": _execute,
+    "_redist_py_execute_fields": _execute_fields,
     "_redist_py_reset_operand": _reset_operand,
     "_redist_py_reset_operand_unchecked": _reset_operand_unchecked,
+    "_redist_py_reset_operands": _reset_operands,
+    "_redist_py_reset_operands_unchecked": _reset_operands_unchecked,
+    "_redist_py_reset_operand_field": _reset_operand_field,
+    "_redist_py_reset_operand_field_unchecked": _reset_operand_field_unchecked,
+    "_redist_py_get_nfields": _get_nfields,
     "_redist_py_release_operand": _release_operand,
     "_redist_py_free": _free,
     "_redist_py_graph": _graph,

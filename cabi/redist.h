@@ -5,7 +5,8 @@
  *
  * Every process holds one box of a global N-D array. A redist handle changes which box each
  * process holds (slab along X -> slab along Y, pencils, arbitrary boxes): plan once, execute
- * many times, rebind the operand cheaply between executions.
+ * many times, rebind the operand cheaply between executions. One handle may also move several
+ * fields (arrays of the same boxes, e.g. u, v, w) in one exchange: redist_create_fields().
  *
  * Conventions
  * -----------
@@ -207,6 +208,41 @@ redist_status_t redist_create_ex(redist_t *handle, int32_t ndim,
                                  const redist_options_t *options);
 
 /**
+ * @brief Several fields moved in ONE exchange (one handle, one message per peer). Collective.
+ *
+ * Like redist_create_ex(), for `nfields` arrays that share this process's boxes (u, v, w of
+ * one velocity; a double and a float field...): each field may have its own element size and
+ * strides, and every execution moves all of them at once. A handle made here takes the fields
+ * functions below (redist_execute_fields, redist_reset_operands...); the one-array functions
+ * (redist_execute, redist_reset_operand...) refuse it, and the fields functions refuse a handle
+ * of redist_create(), with ::REDIST_ERROR_INVALID_VALUE (local, like a bad handle: the same on
+ * every process that passes the handle). redist_plan, redist_release_operand (every field),
+ * redist_free and redist_graph take both kinds. Fields are numbered from 0 (messages say
+ * "field f: ...").
+ *
+ * @param nfields        number of fields (>= 1), the same on every process.
+ * @param in_strides     [nfields][ndim] element strides (field f's at in_strides + f * ndim), or
+ *                       NULL: every field dense in `options->order`.
+ * @param element_sizes  [nfields] bytes per element of each field; field f's the same on every process.
+ * @param operands       [nfields] this process's input data per field (an entry may be NULL when
+ *                       its box is empty; `operands` itself too).
+ * The other arguments are those of redist_create_ex(). A problem with any field on any process
+ * is reported on every process, naming the process and the field.
+ */
+redist_status_t redist_create_fields(redist_t *handle, int32_t nfields, int32_t ndim,
+                                     const int64_t *in_lower, const int64_t *in_upper,
+                                     const int64_t *in_strides,
+                                     const int64_t *out_lower, const int64_t *out_upper,
+                                     const int64_t *element_sizes, redist_memory_t memory,
+                                     void *const *operands, const redist_options_t *options);
+
+/**
+ * @brief The number of fields of a handle of redist_create_fields(); 0 for a handle of
+ * redist_create() / redist_create_ex() (one array: use the one-array functions). Local.
+ */
+redist_status_t redist_get_nfields(redist_t handle, int32_t *nfields);
+
+/**
  * @brief Build the transfer plan and lower it (host: MPI; device: CUDA graph). Collective.
  * @param stream  cudaStream_t for device execution, or NULL (the default stream / host).
  */
@@ -254,6 +290,45 @@ redist_status_t redist_reset_operand(redist_t handle, void *operand);
  * The caller guarantees the new buffer matches the old one (shape, strides, memory).
  */
 redist_status_t redist_reset_operand_unchecked(redist_t handle, void *operand);
+
+/**
+ * @brief redist_execute() for a handle of redist_create_fields(): every field in one exchange. Collective.
+ *
+ * @param outs     NULL: every field into its engine-owned result. Else [nfields] addresses, each
+ *                 as redist_execute()'s `out` (dense in the result order), or NULL: that field's
+ *                 engine-owned result. Two fields' `out` must not overlap.
+ * @param results  out: [nfields] the results' addresses (NULL on failure); may be NULL.
+ */
+redist_status_t redist_execute_fields(redist_t handle, void *stream, void *const *outs, void **results);
+
+/**
+ * @brief redist_execute_fields() into `outs` of any element strides (see redist_execute_strided()). Collective.
+ * @param out_strides  [nfields][ndim] (field f's at out_strides + f * ndim; ignored for a NULL
+ *                     `outs[f]`), or NULL: every `out` dense.
+ */
+redist_status_t redist_execute_fields_strided(redist_t handle, void *stream, void *const *outs,
+                                              const int64_t *out_strides, void **results);
+
+/**
+ * @brief redist_reset_operand() for every field: `operands` [nfields], each of the same shape,
+ * strides and memory as that field's first operand. Collective: checked on every process.
+ */
+redist_status_t redist_reset_operands(redist_t handle, void *const *operands);
+
+/**
+ * @brief redist_reset_operands() with no checks (the hot path of a time loop). Local.
+ * On device memory one kernel-node update per kernel for all fields.
+ */
+redist_status_t redist_reset_operands_unchecked(redist_t handle, void *const *operands);
+
+/**
+ * @brief Replace the operand of field `field` (0-based) only. Collective: checked on every
+ * process (a `field` out of range on one process fails every process).
+ */
+redist_status_t redist_reset_operand_field(redist_t handle, int32_t field, void *operand);
+
+/** @brief redist_reset_operand_field() with no checks but the field's range. Local. */
+redist_status_t redist_reset_operand_field_unchecked(redist_t handle, int32_t field, void *operand);
 
 /** @brief Drop redist's reference to the operand; set a new one before the next execute. */
 redist_status_t redist_release_operand(redist_t handle);

@@ -60,13 +60,25 @@ static int _redist_started_python(void)
 static int32_t _redist_py_initialize(int32_t, int32_t);
 static int32_t _redist_py_finalize(void);
 static int32_t _redist_py_comm_rank(int32_t *, int32_t *);
-static int32_t _redist_py_create(intptr_t *, int32_t, const int64_t *, const int64_t *, const int64_t *,
-                                 const int64_t *, const int64_t *, int64_t, int32_t, int32_t, uintptr_t,
-                                 const redist_options_t *);
+typedef int32_t (*redist_py_create_t)(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
+                                      const int64_t *, const int64_t *, const int64_t *, const int64_t *, int32_t,
+                                      int32_t, const uintptr_t *, const redist_options_t *);
+static int32_t _redist_py_create(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *, const int64_t *,
+                                 const int64_t *, const int64_t *, const int64_t *, int32_t, int32_t,
+                                 const uintptr_t *, const redist_options_t *);
+static int32_t _redist_py_create_fields(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
+                                        const int64_t *, const int64_t *, const int64_t *, const int64_t *, int32_t,
+                                        int32_t, const uintptr_t *, const redist_options_t *);
 static int32_t _redist_py_plan(intptr_t, uintptr_t);
 static int32_t _redist_py_execute(intptr_t, uintptr_t, uintptr_t, const int64_t *, uintptr_t *);
+static int32_t _redist_py_execute_fields(intptr_t, uintptr_t, const uintptr_t *, const int64_t *, uintptr_t *);
 static int32_t _redist_py_reset_operand(intptr_t, uintptr_t);
 static int32_t _redist_py_reset_operand_unchecked(intptr_t, uintptr_t);
+static int32_t _redist_py_reset_operands(intptr_t, const uintptr_t *);
+static int32_t _redist_py_reset_operands_unchecked(intptr_t, const uintptr_t *);
+static int32_t _redist_py_reset_operand_field(intptr_t, int32_t, uintptr_t);
+static int32_t _redist_py_reset_operand_field_unchecked(intptr_t, int32_t, uintptr_t);
+static int32_t _redist_py_get_nfields(intptr_t, int32_t *);
 static int32_t _redist_py_release_operand(intptr_t);
 static int32_t _redist_py_free(intptr_t);
 static int32_t _redist_py_graph(intptr_t, uintptr_t, uintptr_t *);
@@ -223,22 +235,35 @@ CFFI_DLLEXPORT redist_status_t redist_comm_rank(int32_t *rank, int32_t *nranks)
     return (redist_status_t)_redist_py_comm_rank(rank, nranks);
 }
 
-CFFI_DLLEXPORT redist_status_t redist_create(redist_t *handle, int32_t ndim, const int64_t *in_lower,
-                                             const int64_t *in_upper, const int64_t *in_strides,
-                                             const int64_t *out_lower, const int64_t *out_upper,
-                                             int64_t element_size, redist_order_t order,
-                                             redist_memory_t memory, void *operand)
+/* The one body of redist_create, redist_create_ex (one array: nfields 1) and redist_create_fields
+   (`create` picks the Python twin, so errors name the function called). */
+static redist_status_t redist_create_any(redist_py_create_t create, redist_t *handle, int32_t nfields, int32_t ndim,
+                                         const int64_t *in_lower, const int64_t *in_upper, const int64_t *in_strides,
+                                         const int64_t *out_lower, const int64_t *out_upper,
+                                         const int64_t *element_sizes, int32_t order, int32_t memory,
+                                         const uintptr_t *operands, const redist_options_t *options)
 {
     intptr_t h = 0;
     int32_t st;
     if (handle != NULL)
         *handle = NULL;
     REDIST_ENSURE_PYTHON();
-    st = _redist_py_create(handle != NULL ? &h : NULL, ndim, in_lower, in_upper, in_strides, out_lower,
-                           out_upper, element_size, (int32_t)order, (int32_t)memory, (uintptr_t)operand, NULL);
+    st = create(handle != NULL ? &h : NULL, nfields, ndim, in_lower, in_upper, in_strides, out_lower, out_upper,
+                element_sizes, order, memory, operands, options);
     if (handle != NULL && st == REDIST_SUCCESS)
         *handle = (redist_t)h;
     return (redist_status_t)st;
+}
+
+CFFI_DLLEXPORT redist_status_t redist_create(redist_t *handle, int32_t ndim, const int64_t *in_lower,
+                                             const int64_t *in_upper, const int64_t *in_strides,
+                                             const int64_t *out_lower, const int64_t *out_upper,
+                                             int64_t element_size, redist_order_t order,
+                                             redist_memory_t memory, void *operand)
+{
+    uintptr_t op = (uintptr_t)operand;
+    return redist_create_any(_redist_py_create, handle, 1, ndim, in_lower, in_upper, in_strides, out_lower,
+                             out_upper, &element_size, (int32_t)order, (int32_t)memory, &op, NULL);
 }
 
 /* order -1: the order comes from the options (NULL options: the defaults). */
@@ -248,16 +273,21 @@ CFFI_DLLEXPORT redist_status_t redist_create_ex(redist_t *handle, int32_t ndim, 
                                                 int64_t element_size, redist_memory_t memory, void *operand,
                                                 const redist_options_t *options)
 {
-    intptr_t h = 0;
-    int32_t st;
-    if (handle != NULL)
-        *handle = NULL;
-    REDIST_ENSURE_PYTHON();
-    st = _redist_py_create(handle != NULL ? &h : NULL, ndim, in_lower, in_upper, in_strides, out_lower,
-                           out_upper, element_size, -1, (int32_t)memory, (uintptr_t)operand, options);
-    if (handle != NULL && st == REDIST_SUCCESS)
-        *handle = (redist_t)h;
-    return (redist_status_t)st;
+    uintptr_t op = (uintptr_t)operand;
+    return redist_create_any(_redist_py_create, handle, 1, ndim, in_lower, in_upper, in_strides, out_lower,
+                             out_upper, &element_size, -1, (int32_t)memory, &op, options);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_create_fields(redist_t *handle, int32_t nfields, int32_t ndim,
+                                                    const int64_t *in_lower, const int64_t *in_upper,
+                                                    const int64_t *in_strides, const int64_t *out_lower,
+                                                    const int64_t *out_upper, const int64_t *element_sizes,
+                                                    redist_memory_t memory, void *const *operands,
+                                                    const redist_options_t *options)
+{
+    return redist_create_any(_redist_py_create_fields, handle, nfields, ndim, in_lower, in_upper, in_strides,
+                             out_lower, out_upper, element_sizes, -1, (int32_t)memory,
+                             (const uintptr_t *)operands, options);
 }
 
 CFFI_DLLEXPORT redist_status_t redist_plan(redist_t handle, void *stream)
@@ -293,6 +323,50 @@ CFFI_DLLEXPORT redist_status_t redist_reset_operand_unchecked(redist_t handle, v
 {
     REDIST_ENSURE_PYTHON();
     return (redist_status_t)_redist_py_reset_operand_unchecked((intptr_t)handle, (uintptr_t)operand);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_execute_fields(redist_t handle, void *stream, void *const *outs, void **results)
+{
+    return redist_execute_fields_strided(handle, stream, outs, NULL, results); /* NULL strides: dense */
+}
+
+/* The Python side writes results[] (NULL first, then each field's address on success). */
+CFFI_DLLEXPORT redist_status_t redist_execute_fields_strided(redist_t handle, void *stream, void *const *outs,
+                                                             const int64_t *out_strides, void **results)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_execute_fields((intptr_t)handle, (uintptr_t)stream, (const uintptr_t *)outs,
+                                                      out_strides, (uintptr_t *)results);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_reset_operands(redist_t handle, void *const *operands)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_reset_operands((intptr_t)handle, (const uintptr_t *)operands);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_reset_operands_unchecked(redist_t handle, void *const *operands)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_reset_operands_unchecked((intptr_t)handle, (const uintptr_t *)operands);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_reset_operand_field(redist_t handle, int32_t field, void *operand)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_reset_operand_field((intptr_t)handle, field, (uintptr_t)operand);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_reset_operand_field_unchecked(redist_t handle, int32_t field, void *operand)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_reset_operand_field_unchecked((intptr_t)handle, field, (uintptr_t)operand);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_get_nfields(redist_t handle, int32_t *nfields)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_get_nfields((intptr_t)handle, nfields);
 }
 
 CFFI_DLLEXPORT redist_status_t redist_release_operand(redist_t handle)

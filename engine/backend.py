@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .buffer import Buffer
 from .collective import Problem
 from .errors import InvalidValueError, NotInitializedError, NotSupportedError
-from .plan import Plan
+from .plan import FusedPlan, Plan
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -147,30 +147,40 @@ class Executable(Protocol):
     ``bind_output(None)`` selects the engine-owned :attr:`result`, ``bind_output(buf)`` the
     caller's ``out=`` (checked first with :meth:`out_problem`).
 
+    Fields: an executable lowered from a :class:`~.plan.FusedPlan` moves several arrays of the
+    same boxes in one exchange; ``field`` picks which one a binding is for (0 for a plain plan),
+    :attr:`results` holds one engine-owned result per field and :meth:`rebind_inputs` rebinds
+    every field at once (on CUDA one node update per kernel).
+
     Agreement: :meth:`execute` is where ranks agree on the call. Each rank passes its local
     ``problem`` (None when it has none); if any rank has one, or the ranks' call signatures
     differ (bound output's :meth:`out_signature`, ``sync``, ``release_workspace``), every rank
     raises the same error and no rank writes into memory it was told not to.
     """
 
-    plan: Plan
+    plan: Plan | FusedPlan
     backend: str
+    nfields: int
     result: Buffer
+    results: tuple[Buffer, ...]
 
-    def bind_input(self, buf: Buffer) -> None:
-        """Read the operand from ``buf`` from the next execute on (local; never fails for a
-        buffer of the planned shape and strides)."""
+    def bind_input(self, buf: Buffer, field: int = 0) -> None:
+        """Read field ``field``'s operand from ``buf`` from the next execute on (local; never
+        fails for a buffer of the planned shape and strides)."""
 
-    def rebind_input(self, ptr: int, owner: object = None) -> None:
+    def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:
         """The hot path of ``reset_operand_unchecked``: a new address, nothing checked."""
 
-    def bind_output(self, buf: Buffer | None) -> None:
-        """Write the result into ``buf`` (None: the engine-owned result) from the next execute on."""
+    def rebind_inputs(self, ptrs: Any, owners: Any) -> None:
+        """Every field's new address at once (sequences over the fields), nothing checked."""
 
-    def out_problem(self, buf: Buffer) -> str | None:
-        """Why ``buf`` cannot be this rank's ``out=`` (None when it can). Local."""
+    def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
+        """Write field ``field`` into ``buf`` (None: its engine-owned result) from the next execute on."""
 
-    def out_signature(self, buf: Buffer | None) -> int | None:
+    def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
+        """Why ``buf`` cannot be this rank's ``out=`` of field ``field`` (None when it can). Local."""
+
+    def out_signature(self, buf: Buffer | None, field: int = 0) -> int | None:
         """What must be equal on every rank for ``buf`` to be ``out=`` (None: nothing)."""
 
     def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
@@ -219,8 +229,8 @@ def select_backend(memory: str, execution: str, cuda_available: bool) -> str:
     return name
 
 
-def lower(plan: Plan, ctx: Context, options: LowerOptions) -> Executable:
-    """Collective: lower ``plan`` on ``ctx`` with the backend ``options.backend``."""
+def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> Executable:
+    """Collective: lower ``plan`` (one field, or several fused) on ``ctx`` with the backend ``options.backend``."""
     module = importlib.import_module(BACKENDS[options.backend])
     ctx.reap()  # a collective point: memory of objects every rank has dropped goes now
     return module.lower(plan, ctx, options)

@@ -31,6 +31,8 @@ static int last(void) { return rank == nranks - 1; }
 /* the default problem: this rank's rows and columns, its operand and an out= buffer */
 static int64_t lo[2], hi[2], olo[2], ohi[2], am, bn;
 static double *a, *out, *out2;
+/* a second field for redist_create_fields: floats, element (i, j) = -(i * N + j) - 0.5 */
+static float *b, *bout;
 
 static void setup(void)
 {
@@ -45,9 +47,13 @@ static void setup(void)
     a = malloc((am * N + 1) * sizeof(double));
     out = malloc((M * bn + 1) * sizeof(double));
     out2 = malloc((M * bn + 1) * sizeof(double));
+    b = malloc((am * N + 1) * sizeof(float));
+    bout = malloc((M * bn + 1) * sizeof(float));
     for (int64_t i = 0; i < am; i++)
-        for (int64_t j = 0; j < N; j++)
+        for (int64_t j = 0; j < N; j++) {
             a[i * N + j] = (double)((lo[0] + i) * N + j);
+            b[i * N + j] = -(float)((lo[0] + i) * N + j) - 0.5f;
+        }
 }
 
 /* 1: the result holds this rank's columns (C order), 0 otherwise */
@@ -60,6 +66,77 @@ static int columns_ok(const double *res)
     return 1;
 }
 
+/* 1: both fields' results hold this rank's columns, 0 otherwise */
+static int fields_ok(void *const *res)
+{
+    const float *r1 = res[1];
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < bn; j++)
+            if (r1[i * bn + j] != -(float)(i * N + olo[1] + j) - 0.5f)
+                return 0;
+    return columns_ok(res[0]);
+}
+
+#define RUN(call) (st = (call))
+
+/* The fields cases ("fields_..."): {a, b} (double, float) in one exchange, one thing wrong. */
+static redist_status_t fields_case(const char *name, redist_t *h, const char **data)
+{
+    int64_t sizes[3] = {8, 4, 4};
+    void *ops[3] = {a, b, b}, *outs[2] = {NULL, NULL}, *res[2] = {NULL, NULL};
+    int32_t nfields = 2;
+    redist_status_t st;
+    int wrong_here = last() && strstr(name, "_last") != NULL;
+
+    if (wrong_here && strcmp(name, "fields_nfields_differs_last") == 0)
+        nfields = 3;
+    if (wrong_here && strcmp(name, "fields_nfields_zero_last") == 0)
+        nfields = 0;
+    if (wrong_here && strcmp(name, "fields_nfields_negative_last") == 0)
+        nfields = -2;
+    if (wrong_here && strcmp(name, "fields_create_operand_null_last") == 0)
+        ops[1] = NULL;
+    if (wrong_here && strcmp(name, "fields_item_size_differs_last") == 0)
+        sizes[1] = 8;
+    if (wrong_here && strcmp(name, "fields_item_size_zero_last") == 0)
+        sizes[1] = 0;
+    RUN(redist_create_fields(h, nfields, 2, lo, hi, NULL, olo, ohi,
+                             wrong_here && strcmp(name, "fields_sizes_null_last") == 0 ? NULL : sizes,
+                             REDIST_MEMORY_HOST, wrong_here && strcmp(name, "fields_operands_null_last") == 0 ? NULL : ops,
+                             NULL));
+    if (st != REDIST_SUCCESS || RUN(redist_plan(*h, NULL)) != REDIST_SUCCESS)
+        return st;
+    ops[1] = wrong_here ? NULL : b; /* for the rebinding cases */
+    if (strcmp(name, "fields_reset_operands_null_last") == 0)
+        return redist_reset_operands(*h, ops);
+    if (strcmp(name, "fields_reset_operands_unchecked_null_last") == 0) /* local by design */
+        return redist_reset_operands_unchecked(*h, ops);
+    if (strcmp(name, "fields_reset_field_out_of_range_last") == 0)
+        return redist_reset_operand_field(*h, wrong_here ? 2 : 1, b);
+    if (strcmp(name, "fields_reset_field_null_last") == 0)
+        return redist_reset_operand_field(*h, 1, ops[1]);
+    if (strcmp(name, "fields_after_release_last") == 0 && wrong_here)
+        redist_release_operand(*h);
+    if (strcmp(name, "fields_out_aliases_operand_last") == 0)
+        outs[1] = wrong_here ? (void *)a : (void *)bout;
+    if (strcmp(name, "fields_one_array_function") == 0) /* every rank: a fields handle to redist_execute */
+        return redist_execute(*h, NULL, NULL, res);
+    for (int it = 0; it < 4; it++) {
+        if (strcmp(name, "fields_out_some_ranks_ok") == 0) { /* out= on rank 0 only, every other step */
+            outs[0] = rank == 0 && it % 2 ? out : NULL;
+            outs[1] = rank == 0 && it % 2 ? bout : NULL;
+        }
+        if (RUN(redist_execute_fields(*h, NULL, outs, res)) != REDIST_SUCCESS)
+            return st;
+        if (!fields_ok(res) || (outs[0] != NULL && res[0] != outs[0])) {
+            *data = "wrong";
+            return st;
+        }
+    }
+    *data = "ok";
+    return st;
+}
+
 static redist_status_t create(redist_t *h) /* the plain problem */
 {
     return redist_create(h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, a);
@@ -70,8 +147,6 @@ static redist_status_t planned(redist_t *h)
     redist_status_t st = create(h);
     return st ? st : redist_plan(*h, NULL);
 }
-
-#define RUN(call) (st = (call))
 
 int main(int argc, char **argv)
 {
@@ -163,6 +238,16 @@ int main(int argc, char **argv)
         if (st == REDIST_SUCCESS && RUN(redist_plan(h, NULL)) == REDIST_SUCCESS &&
             RUN(redist_execute(h, NULL, NULL, &res)) == REDIST_SUCCESS)
             data = columns_ok(res) ? "ok" : "wrong";
+    } else if (strncmp(name, "fields_", 7) == 0) {
+        st = fields_case(name, &h, &data);
+    } else if (strcmp(name, "execute_fields_one_array_handle") == 0) { /* every rank */
+        void *fres[2];
+        planned(&h);
+        RUN(redist_execute_fields(h, NULL, NULL, fres));
+    } else if (strcmp(name, "reset_operands_one_array_handle") == 0) { /* every rank */
+        void *ops[2] = {a, b};
+        planned(&h);
+        RUN(redist_reset_operands(h, ops));
     } else if (strcmp(name, "create_device_memory_without_gpu") == 0) {
         RUN(redist_create(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_ORDER_C, REDIST_MEMORY_DEVICE, a));
     } else if (strcmp(name, "execute_garbage_handle") == 0) {

@@ -167,9 +167,20 @@ __device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, 
 template <int V, int LOGV, u32 RUN_BYTES, int NOUT>
 __device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, u32 b, const Bases& bases) {
     typedef typename VecT<V>::T T;
+    // field f's bases by an unrolled select: constant offsets into the parameter space (an index
+    // computed at run time would copy the whole argument into local memory in every thread)
     const u32 f = sg->field;
-    const u64 src0 = sg->src + (bases.in_base[f] & sg->src_mask);
-    const u64 dst0 = sg->dst + ((u64)bases.out_delta[f] & sg->dst_mask);
+    u64 in = bases.in_base[0];
+    i64 out = bases.out_delta[0];
+#pragma unroll
+    for (u32 k = 1; k < REDIST_MAXF; ++k) {
+        if (f == k) {
+            in = bases.in_base[k];
+            out = bases.out_delta[k];
+        }
+    }
+    const u64 src0 = sg->src + (in & sg->src_mask);
+    const u64 dst0 = sg->dst + ((u64)out & sg->dst_mask);
     if constexpr (NOUT >= 2) {
         if (sg->tile_a != REDIST_NONE && sg->row_bytes == V) {  // the same for the whole block
             redist_tile_segment<V, NOUT>(sg, b, src0, dst0);

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import collective
 from ..errors import InvalidValueError, NotInitializedError, NotSupportedError
-from ..plan import Plan
+from ..plan import FusedPlan, Plan
 from .executable import CudaExecutable
 from .launch_list import TRANSPORTS, build_launch_list
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["lower"]
 
 
-def lower(plan: Plan, ctx: Context, options: LowerOptions) -> CudaExecutable:
+def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> CudaExecutable:
     """Collective: lower ``plan`` onto the CUDA runtime of ``ctx`` (``ctx.cuda``).
 
     ``options.transport``: "auto" (push to every load/store-reachable peer, put to the others),

@@ -50,23 +50,29 @@ class MirrorExecutable:
         self._result_bytes = np.empty(max(self._out_bytes, 1), np.uint8)
         self.result = Buffer(self._result_bytes.ctypes.data, plan.out_shape, plan.out_strides, plan.itemsize, "cpu",
                              owner=self._result_bytes)
+        self.results = (self.result,)
         self._out_ptr = self.result.ptr
 
     # -- binding ---------------------------------------------------------------------------------
 
-    def bind_input(self, buf: Buffer) -> None:
+    nfields = 1  # lower() refuses several fields
+
+    def bind_input(self, buf: Buffer, field: int = 0) -> None:
         self.rebind_input(buf.ptr, buf.owner)
 
-    def rebind_input(self, ptr: int, owner: object = None) -> None:
+    def rebind_inputs(self, ptrs, owners) -> None:
+        self.rebind_input(ptrs[0], owners[0])
+
+    def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:
         self._host_src, self._owner, self._bound = ptr, owner, True
         if not self._mirror:
             self._mirror = self.rt.dev_alloc(max(self._span, 1))
             self._inner.rebind_input(self._mirror - self._lo)
 
-    def bind_output(self, buf: Buffer | None) -> None:
+    def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
         self._out_ptr = self.result.ptr if buf is None else buf.ptr
 
-    def out_problem(self, buf: Buffer) -> str | None:
+    def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
         p = self.plan
         if buf.memory != "cpu":
             return f"out= must be in host memory like the operand, got memory {buf.memory!r}"
@@ -81,7 +87,7 @@ class MirrorExecutable:
             return "out= is read-only"
         return None
 
-    def out_signature(self, buf: Buffer | None) -> None:
+    def out_signature(self, buf: Buffer | None, field: int = 0) -> None:
         return None
 
     def release_input(self) -> None:
