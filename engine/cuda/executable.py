@@ -244,11 +244,32 @@ class CudaExecutable:
 
     def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:
         """Point every kernel that reads field ``field``'s operand at ``ptr`` (kernel-node update; never re-capture)."""
-        self.rebind_inputs({field: ptr}, {field: owner})
+        if self._active is not self:  # a layout variant runs: only its nodes change (this one's on a switch back)
+            self._active.rebind_input(ptr, owner, field)
+            self._bound = not self._freed
+            return
+        self._in_owners[field] = owner
+        self._bound = not self._freed
+        if ptr == self._in_ptrs[field]:
+            return
+        self._in_ptrs[field] = ptr
+        a = ptr & -ptr if ptr else 16
+        if a > 16:
+            a = 16
+        self._in_aligns[field] = a
+        if self.nfields > 1:
+            a = min(self._in_aligns)
+        for kern in self._in_kernels:
+            launch = kern.launch
+            launch.a_bases[field] = ptr
+            if a != kern.in_align:
+                kern.in_align = a
+                launch.set_vec(self._pick(kern))
+            launch.update()
 
     def rebind_inputs(self, ptrs, owners) -> None:
-        """Several fields' operands at once (a sequence over the fields, or {field: address}): one
-        node update per kernel that reads the operands."""
+        """Several fields' operands at once (sequences over the fields, or {field: value} dicts):
+        one node update per kernel that reads the operands."""
         if not isinstance(ptrs, dict):
             ptrs, owners = dict(enumerate(ptrs)), dict(enumerate(owners))
         if self._active is not self:  # a layout variant runs: only its nodes change (this one's on a switch back)

@@ -203,7 +203,7 @@ class KernelLaunch:
 
     def set_in(self, field: int, ptr: int) -> None:
         """Field ``field``'s operand address (takes effect at :meth:`update` / the next launch)."""
-        self.a_bases[field] = ctypes.c_int64(ptr).value
+        self.a_bases[field] = ptr  # device addresses are below 2**63
 
     def set_delta(self, field: int, delta: int) -> None:
         """Field ``field``'s output offset from its engine-owned result."""

@@ -142,11 +142,11 @@ def family_source(run_bytes: int, nout: int, kind: str = "plain") -> str:
         t = f"{v}, {v.bit_length() - 1}, {run_bytes}u, {nout}"
         head = f'extern "C" __global__ void __launch_bounds__(REDIST_BLOCK) {kernel_name(run_bytes, nout, v, kind)}('
         if kind == "plain":
-            lines.append(f"{head}const Bases bases, const Seg* table, int nsegs) "
+            lines.append(f"{head}const __grid_constant__ Bases bases, const Seg* table, int nsegs) "
                          f"{{ copy_segments<{t}>(bases, table, nsegs); }}")
         else:
             lines.append(
-                f"{head}const Bases bases, const Seg* table, int nsegs, u64* ctl, const u64* proto, "
+                f"{head}const __grid_constant__ Bases bases, const Seg* table, int nsegs, u64* ctl, const u64* proto, "
                 f"int nranks, int ncredit, int narrive, int nwait, int wait, int bump) "
                 f"{{ epoch_segments<{t}, {int(kind == 'epoch_unpack')}>(bases, table, nsegs, ctl, "
                 f"proto, nranks, ncredit, narrive, nwait, wait, bump); }}"
