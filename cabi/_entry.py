@@ -31,6 +31,7 @@ dense_strides = None  # redist.engine.geometry.dense_strides
 #: bytes of message the C side keeps (REDIST_MSG_SIZE - 1)
 _MSG_MAX = 4095
 _MAX_NDIM = 64
+_MAX_FIELDS = 1024  # a larger nfields is garbage (the arrays would be read past their end)
 _CACHE_MAX = 16
 
 _handles: dict = {}  # id -> _Handle
@@ -314,9 +315,9 @@ def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, 
     with _collective.attempt(ctx.engine.comm) as step:
         if not handle_p:
             raise ValueError("handle (the redist_t * out-argument) is NULL")
-        if fields and nfields < 1:
+        if fields and not 1 <= nfields <= _MAX_FIELDS:
             why = " (redist_create_fields_f passes -1 when its field arrays differ in size)" if nfields == -1 else ""
-            raise ValueError(f"nfields must be at least 1, got {nfields}{why}")
+            raise ValueError(f"nfields must be in 1..{_MAX_FIELDS}, got {nfields}{why}")
         if not 1 <= ndim <= _MAX_NDIM:
             why = " (redist_create_f passes -1 when its bound arrays differ in size)" if ndim == -1 else ""
             raise ValueError(f"ndim must be in 1..{_MAX_NDIM}, got {ndim}{why}")
@@ -338,12 +339,12 @@ def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, 
         dense = ordc if isinstance(ordc, str) else "CF"[options_p.order]  # a dense operand's order
         ops = []
         for f, (size, ptr) in enumerate(zip(sizes, ptrs)):
-            at, name = (f"field {f}: ", f"element_sizes[{f}]") if fields else ("", "element_size")
+            at, size_name, op_name = ((f"field {f}: ", f"element_sizes[{f}]", f"operands[{f}]") if fields
+                                      else ("", "element_size", "operand"))
             if size <= 0:
-                raise ValueError(f"{at}{name} must be positive, got {size}")
+                raise ValueError(f"{at}{size_name} must be positive, got {size}")
             if nelem and not ptr:
-                raise ValueError(f"{at}{'operands[%d]' % f if fields else 'operand'} is NULL but the input box "
-                                 f"holds {nelem} elements")
+                raise ValueError(f"{at}{op_name} is NULL but the input box holds {nelem} elements")
             ops.append(_raw(ptr, shape, strides[f * ndim:(f + 1) * ndim] if strides else None, size,
                             ("cpu", "cuda")[memory], ctx.device_id if memory == 1 else None, dense))
         step.payload = (ordc, memory, nfields, sizes)
@@ -442,14 +443,19 @@ def _execute_fields(hid, stream, outs, strides, results_p):
     return 0
 
 
+def _reset_checked(h, decode, **field) -> int:
+    """reset_operand's checks are collective, and so is ``decode()`` (the new RawArrays): a NULL
+    operand or a bad field on one rank fails every rank."""
+    op = None
+    with _collective.attempt(redist.get_context().engine.comm):
+        op = decode()
+    h.r.reset_operand(op, **field)
+    return 0
+
+
 def _reset_operand(hid, operand):
     h = _one(hid)
-    op = None
-    # collective like the rest of reset_operand's checks: a NULL on one rank fails every rank
-    with _collective.attempt(redist.get_context().engine.comm):
-        op = h.operand(operand)
-    h.r.reset_operand(op)
-    return 0
+    return _reset_checked(h, lambda: h.operand(operand))
 
 
 def _reset_operand_unchecked(hid, operand):
@@ -460,11 +466,7 @@ def _reset_operand_unchecked(hid, operand):
 
 def _reset_operands(hid, operands):
     h = _fields(hid)
-    ops = None
-    with _collective.attempt(redist.get_context().engine.comm):  # a NULL on one rank fails every rank
-        ops = h.operands(operands)
-    h.r.reset_operand(ops)
-    return 0
+    return _reset_checked(h, lambda: h.operands(operands))
 
 
 def _reset_operands_unchecked(hid, operands):
@@ -475,11 +477,7 @@ def _reset_operands_unchecked(hid, operands):
 
 def _reset_operand_field(hid, field, operand):
     h = _fields(hid)
-    op = None
-    with _collective.attempt(redist.get_context().engine.comm):  # a bad field on one rank fails every rank
-        op = h.operand(operand, h.field(field))
-    h.r.reset_operand(op, field=field)
-    return 0
+    return _reset_checked(h, lambda: h.operand(operand, h.field(field)), field=field)
 
 
 def _reset_operand_field_unchecked(hid, field, operand):

@@ -16,6 +16,10 @@
 !>   without an MPI module can use REDIST_COMM_WORLD and redist_comm_rank().
 !> * Collective functions (initialize, finalize, create, plan, execute, reset_operand, free)
 !>   are called by every process; their errors are reported on every process.
+!> * Several fields of the same boxes (u, v, w) move in ONE exchange through one handle:
+!>   redist_create_fields_f, then redist_execute_fields, redist_reset_operands(_unchecked) and
+!>   redist_reset_operand_field_f (1-based field; unchecked=.true. for the hot path). Messages
+!>   count fields from 0, as C does.
 !>
 !> Example (a 3-D array split along its first axis, re-split along its second axis):
 !>
@@ -98,6 +102,10 @@ module redist
   public :: redist_graph, redist_get_error_string, redist_get_last_error, redist_version
   public :: redist_create_ex, redist_options_init_f, redist_options_result_order_f
   public :: redist_create_f, redist_string, redist_last_error_message, redist_error_message
+  public :: redist_create_fields, redist_get_nfields, redist_execute_fields, redist_execute_fields_strided
+  public :: redist_reset_operands, redist_reset_operands_unchecked, redist_reset_operand_field
+  public :: redist_reset_operand_field_unchecked
+  public :: redist_create_fields_f, redist_reset_operand_field_f
 
   ! The C API, one interface per function of redist.h. A C argument passed by value is `value`
   ! here; the handle, a struct holding one pointer, is passed exactly like C's redist_t.
@@ -164,6 +172,37 @@ module redist
       integer(c_int32_t) :: status
     end function redist_create_ex
 
+    !> Collective. Several fields in one exchange, C conventions as redist_create_ex: nfields
+    !> arrays of the same boxes; in_strides is c_null_ptr (every field dense in `order`) or c_loc
+    !> of an integer(c_int64_t) array (ndim, nfields); element_sizes(nfields); operands(nfields):
+    !> c_loc of each field. Prefer redist_create_fields_f from Fortran.
+    function redist_create_fields(handle, nfields, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, &
+                                  element_sizes, memory, operands, options) bind(C, name="redist_create_fields") &
+        result(status)
+      import :: redist_t, redist_options_t, c_int, c_int32_t, c_int64_t, c_ptr
+      type(redist_t), intent(out) :: handle
+      integer(c_int32_t), value :: nfields
+      integer(c_int32_t), value :: ndim
+      integer(c_int64_t), intent(in) :: in_lower(*)
+      integer(c_int64_t), intent(in) :: in_upper(*)
+      type(c_ptr), value :: in_strides
+      integer(c_int64_t), intent(in) :: out_lower(*)
+      integer(c_int64_t), intent(in) :: out_upper(*)
+      integer(c_int64_t), intent(in) :: element_sizes(*)
+      integer(c_int), value :: memory
+      type(c_ptr), intent(in) :: operands(*)
+      type(redist_options_t), intent(in) :: options
+      integer(c_int32_t) :: status
+    end function redist_create_fields
+
+    !> The number of fields of a redist_create_fields handle; 0 for a one-array handle.
+    function redist_get_nfields(handle, nfields) bind(C, name="redist_get_nfields") result(status)
+      import :: redist_t, c_int32_t
+      type(redist_t), value :: handle
+      integer(c_int32_t), intent(out) :: nfields
+      integer(c_int32_t) :: status
+    end function redist_get_nfields
+
     !> Collective. stream: a cudaStream_t (device execution) or c_null_ptr.
     function redist_plan(handle, stream) bind(C, name="redist_plan") result(status)
       import :: redist_t, c_int32_t, c_ptr
@@ -196,6 +235,69 @@ module redist
       type(c_ptr), intent(out) :: result
       integer(c_int32_t) :: status
     end function redist_execute_strided
+
+    !> Collective: every field of a redist_create_fields handle in one exchange. outs(nfields):
+    !> c_null_ptr (that field's engine-owned result) or where to write it (dense);
+    !> results(nfields): the results' addresses.
+    function redist_execute_fields(handle, stream, outs, results) bind(C, name="redist_execute_fields") &
+        result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: stream
+      type(c_ptr), intent(in) :: outs(*)
+      type(c_ptr), intent(out) :: results(*)
+      integer(c_int32_t) :: status
+    end function redist_execute_fields
+
+    !> Collective: redist_execute_fields into outs of any element strides: out_strides(ndim, nfields)
+    !> (a column per field, ignored where outs(f) is c_null_ptr).
+    function redist_execute_fields_strided(handle, stream, outs, out_strides, results) &
+        bind(C, name="redist_execute_fields_strided") result(status)
+      import :: redist_t, c_int32_t, c_int64_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: stream
+      type(c_ptr), intent(in) :: outs(*)
+      integer(c_int64_t), intent(in) :: out_strides(*)
+      type(c_ptr), intent(out) :: results(*)
+      integer(c_int32_t) :: status
+    end function redist_execute_fields_strided
+
+    !> Collective: new operands(nfields) for every field, checked on every process.
+    function redist_reset_operands(handle, operands) bind(C, name="redist_reset_operands") result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), intent(in) :: operands(*)
+      integer(c_int32_t) :: status
+    end function redist_reset_operands
+
+    !> New operands(nfields) for every field, no checks: the time-loop hot path.
+    function redist_reset_operands_unchecked(handle, operands) bind(C, name="redist_reset_operands_unchecked") &
+        result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), intent(in) :: operands(*)
+      integer(c_int32_t) :: status
+    end function redist_reset_operands_unchecked
+
+    !> Collective: a new operand for field `field` only, 0-based (C); see redist_reset_operand_field_f.
+    function redist_reset_operand_field(handle, field, operand) bind(C, name="redist_reset_operand_field") &
+        result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      integer(c_int32_t), value :: field
+      type(c_ptr), value :: operand
+      integer(c_int32_t) :: status
+    end function redist_reset_operand_field
+
+    !> A new operand for field `field` only, 0-based (C), no checks but the field's range.
+    function redist_reset_operand_field_unchecked(handle, field, operand) &
+        bind(C, name="redist_reset_operand_field_unchecked") result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      integer(c_int32_t), value :: field
+      type(c_ptr), value :: operand
+      integer(c_int32_t) :: status
+    end function redist_reset_operand_field_unchecked
 
     !> Collective: a new operand of the same shape, strides and memory, checked on every process.
     function redist_reset_operand(handle, operand) bind(C, name="redist_reset_operand") result(status)
@@ -291,7 +393,88 @@ contains
     integer(c_int64_t), allocatable, target :: lo(:), hi(:), olo(:), ohi(:), st(:)
     type(c_ptr) :: stp
     integer(c_int32_t) :: ndim
-    logical :: same
+
+    call redist_c_arguments(in_lbound, in_ubound, out_lbound, out_ubound, options, ndim, lo, hi, olo, ohi, opts)
+    stp = c_null_ptr
+    if (present(in_strides)) then
+      if (size(in_strides) /= ndim) ndim = -1_c_int32_t
+      st = in_strides
+      stp = c_loc(st)
+    end if
+    status = redist_create_ex(handle, ndim, lo, hi, stp, olo, ohi, element_size, memory, operand, opts)
+  end function redist_create_f
+
+  !> Collective. Several fields in ONE exchange, with redist_create_f's conventions (1-based
+  !> inclusive bounds, column-major): operands(f) = c_loc of field f (c_null_ptr for an empty
+  !> box), element_sizes(f) its bytes per element (field f's the same on every process).
+  !> in_strides (optional): (ndim, nfields), column f the element strides of field f; every
+  !> field dense by default. Then redist_execute_fields, redist_reset_operands(_unchecked),
+  !> redist_reset_operand_field_f; the one-array functions refuse the handle.
+  function redist_create_fields_f(handle, in_lbound, in_ubound, out_lbound, out_ubound, element_sizes, memory, &
+                                  operands, in_strides, options) result(status)
+    type(redist_t), intent(out) :: handle
+    integer(c_int64_t), intent(in) :: in_lbound(:)
+    integer(c_int64_t), intent(in) :: in_ubound(:)
+    integer(c_int64_t), intent(in) :: out_lbound(:)
+    integer(c_int64_t), intent(in) :: out_ubound(:)
+    integer(c_int64_t), intent(in) :: element_sizes(:)
+    integer(c_int), intent(in) :: memory
+    type(c_ptr), intent(in) :: operands(:)
+    integer(c_int64_t), intent(in), optional :: in_strides(:,:)
+    type(redist_options_t), intent(in), optional :: options
+    integer(c_int32_t) :: status
+    type(redist_options_t) :: opts
+    integer(c_int64_t), allocatable, target :: lo(:), hi(:), olo(:), ohi(:), st(:,:)
+    type(c_ptr) :: stp
+    integer(c_int32_t) :: ndim, nfields
+
+    call redist_c_arguments(in_lbound, in_ubound, out_lbound, out_ubound, options, ndim, lo, hi, olo, ohi, opts)
+    ! field arrays of different sizes: nfields = -1 fails redist_create_fields on every process
+    nfields = int(size(operands), c_int32_t)
+    if (size(element_sizes) /= nfields) nfields = -1_c_int32_t
+    stp = c_null_ptr
+    if (present(in_strides)) then
+      if (size(in_strides, 1) /= ndim) ndim = -1_c_int32_t
+      if (size(in_strides, 2) /= nfields) nfields = -1_c_int32_t
+      st = in_strides
+      stp = c_loc(st)
+    end if
+    status = redist_create_fields(handle, nfields, ndim, lo, hi, stp, olo, ohi, element_sizes, memory, operands, &
+                                  opts)
+  end function redist_create_fields_f
+
+  !> A new operand for field `field` (1-based) only. Collective, checked on every process
+  !> (redist_reset_operand_field); unchecked = .true. (optional): no checks but the field's
+  !> range, local (redist_reset_operand_field_unchecked, the time-loop hot path).
+  function redist_reset_operand_field_f(handle, field, operand, unchecked) result(status)
+    type(redist_t), intent(in) :: handle
+    integer, intent(in) :: field
+    type(c_ptr), intent(in) :: operand
+    logical, intent(in), optional :: unchecked
+    integer(c_int32_t) :: status
+    logical :: fast
+    fast = .false.
+    if (present(unchecked)) fast = unchecked
+    if (fast) then
+      status = redist_reset_operand_field_unchecked(handle, int(field - 1, c_int32_t), operand)
+    else
+      status = redist_reset_operand_field(handle, int(field - 1, c_int32_t), operand)
+    end if
+  end function redist_reset_operand_field_f
+
+  !> What redist_create_f and redist_create_fields_f pass to C: 0-based half-open boxes from
+  !> 1-based inclusive bounds (ndim = -1 when the bound arrays differ in size: the collective is
+  !> still called, and fails on every process, where a local return would leave the others
+  !> waiting), and the options (redist_options_init_f's when absent).
+  subroutine redist_c_arguments(in_lbound, in_ubound, out_lbound, out_ubound, options, ndim, lo, hi, olo, ohi, opts)
+    integer(c_int64_t), intent(in) :: in_lbound(:)
+    integer(c_int64_t), intent(in) :: in_ubound(:)
+    integer(c_int64_t), intent(in) :: out_lbound(:)
+    integer(c_int64_t), intent(in) :: out_ubound(:)
+    type(redist_options_t), intent(in), optional :: options
+    integer(c_int32_t), intent(out) :: ndim
+    integer(c_int64_t), allocatable, intent(out) :: lo(:), hi(:), olo(:), ohi(:)
+    type(redist_options_t), intent(out) :: opts
 
     if (present(options)) then
       opts = options
@@ -299,30 +482,20 @@ contains
       call redist_options_init_f(opts)
     end if
     ndim = int(size(in_lbound), c_int32_t)
-    same = size(in_ubound) == ndim .and. size(out_lbound) == ndim .and. size(out_ubound) == ndim
-    if (present(in_strides)) then
-      if (size(in_strides) /= ndim) same = .false.
-    end if
-    if (.not. same) then
-      ! Still call the collective: ndim = -1 makes redist_create fail on every process (a
-      ! local return here would leave the other processes waiting).
-      allocate(lo(1), hi(1))
+    if (size(in_ubound) /= ndim .or. size(out_lbound) /= ndim .or. size(out_ubound) /= ndim) then
+      ndim = -1_c_int32_t
+      allocate(lo(1), hi(1), olo(1), ohi(1))
       lo = 0
       hi = 0
-      status = redist_create_ex(handle, -1_c_int32_t, lo, hi, c_null_ptr, lo, hi, element_size, memory, operand, opts)
+      olo = 0
+      ohi = 0
       return
     end if
     lo = in_lbound - 1_c_int64_t   ! 1-based inclusive -> 0-based half-open
     hi = in_ubound
     olo = out_lbound - 1_c_int64_t
     ohi = out_ubound
-    stp = c_null_ptr
-    if (present(in_strides)) then
-      st = in_strides
-      stp = c_loc(st)
-    end if
-    status = redist_create_ex(handle, ndim, lo, hi, stp, olo, ohi, element_size, memory, operand, opts)
-  end function redist_create_f
+  end subroutine redist_c_arguments
 
   !> Default options (column-major result, as Fortran arrays), with struct_size and version set.
   subroutine redist_options_init_f(options)

@@ -20,7 +20,8 @@
  *    redist_initialize(), in the same order. Errors of collective functions are collective
  *    too: a problem on any process (a bad box, say) is reported on every process, with the
  *    same status and a message that names the process. Errors found before any
- *    communication (a NULL or freed handle) are local.
+ *    communication (a NULL or freed handle, or a handle of the other kind: see
+ *    redist_create_fields()) are local.
  *  - The library embeds CPython (cffi): the first call starts the Python environment that
  *    `python -m redist.cabi build` ran in, whatever PATH says (REDIST_PYTHON=/path/to/python
  *    overrides it; PYTHONHOME and PYTHONPATH are honoured). If that environment cannot start,
@@ -220,7 +221,8 @@ redist_status_t redist_create_ex(redist_t *handle, int32_t ndim,
  * redist_free and redist_graph take both kinds. Fields are numbered from 0 (messages say
  * "field f: ...").
  *
- * @param nfields        number of fields (>= 1), the same on every process.
+ * @param nfields        number of fields, 1..1024 (device memory: at most 8, the copy kernel's
+ *                       argument), the same on every process.
  * @param in_strides     [nfields][ndim] element strides (field f's at in_strides + f * ndim), or
  *                       NULL: every field dense in `options->order`.
  * @param element_sizes  [nfields] bytes per element of each field; field f's the same on every process.
@@ -297,7 +299,8 @@ redist_status_t redist_reset_operand_unchecked(redist_t handle, void *operand);
  * @param outs     NULL: every field into its engine-owned result. Else [nfields] addresses, each
  *                 as redist_execute()'s `out` (dense in the result order), or NULL: that field's
  *                 engine-owned result. Two fields' `out` must not overlap.
- * @param results  out: [nfields] the results' addresses (NULL on failure); may be NULL.
+ * @param results  out: [nfields] the results' addresses (NULL on failure; left alone when the
+ *                 handle itself is bad); may be NULL.
  */
 redist_status_t redist_execute_fields(redist_t handle, void *stream, void *const *outs, void **results);
 
@@ -323,7 +326,9 @@ redist_status_t redist_reset_operands_unchecked(redist_t handle, void *const *op
 
 /**
  * @brief Replace the operand of field `field` (0-based) only. Collective: checked on every
- * process (a `field` out of range on one process fails every process).
+ * process (a `field` out of range on one process fails every process). After
+ * redist_release_operand() every field must come back at once (redist_reset_operands();
+ * ::REDIST_ERROR_INVALID_STATE here).
  */
 redist_status_t redist_reset_operand_field(redist_t handle, int32_t field, void *operand);
 

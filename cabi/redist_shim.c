@@ -60,6 +60,8 @@ static int _redist_started_python(void)
 static int32_t _redist_py_initialize(int32_t, int32_t);
 static int32_t _redist_py_finalize(void);
 static int32_t _redist_py_comm_rank(int32_t *, int32_t *);
+/* Arrays of pointers (operands, outs, results: void *const *, void **) reach Python as uintptr_t arrays. */
+_Static_assert(sizeof(void *) == sizeof(uintptr_t), "pointer arrays are passed as uintptr_t arrays");
 typedef int32_t (*redist_py_create_t)(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
                                       const int64_t *, const int64_t *, const int64_t *, const int64_t *, int32_t,
                                       int32_t, const uintptr_t *, const redist_options_t *);

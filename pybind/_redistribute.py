@@ -84,7 +84,7 @@ def _wrap_fields(operand, result_layout) -> list[Operand]:
         try:
             ops.append(wrap(obj))
         except Exception as e:
-            raise type(e)(f"field {f}: {e}") from e
+            raise type(e)(f"field {f}: {e} (a tuple or list operand holds several fields, one array each)") from e
     first = ops[0]
     for f, op in enumerate(ops[1:], 1):
         for attr, what in (("package", "array package"), ("memory", "memory space"), ("device_id", "device"),

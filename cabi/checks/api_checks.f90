@@ -2,7 +2,7 @@
 !> api_checks.f90: the Fortran module's wrappers and error paths, run by tests/cabi/test_fortran.py
 !> under mpiexec. Prints "rank r/n: K Fortran checks passed". Usage: api_checks_f [VERSION]
 program api_checks
-  use, intrinsic :: iso_c_binding, only: c_associated, c_double, c_f_pointer, c_int32_t, c_int64_t, c_loc, &
+  use, intrinsic :: iso_c_binding, only: c_associated, c_double, c_f_pointer, c_float, c_int32_t, c_int64_t, c_loc, &
                                          c_null_ptr, c_ptr
   use redist
   implicit none
@@ -11,7 +11,11 @@ program api_checks
   integer(c_int32_t) :: rank, nranks
   integer :: nchecks = 0, nfail = 0
   integer(c_int64_t) :: r0, r1, c0, c1, hc0, hc1, i, j
-  type(redist_t) :: h, hs
+  type(redist_t) :: h, hs, hf
+  type(c_ptr) :: resf(2)
+  real(c_float), allocatable, target :: af(:,:)
+  real(c_float), pointer :: bf(:,:)
+  integer(c_int32_t) :: nfl
   type(redist_options_t) :: opts
   type(c_ptr) :: res
   real(c_double), allocatable, target :: a(:,:), pad(:,:), ghosted(:,:)
@@ -143,6 +147,40 @@ program api_checks
   call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
                               REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_ERROR_INVALID_VALUE, trim(want), &
               "wrong struct_size on the last rank")
+
+  ! two fields in one exchange: a double one (the interior of the ghosted pad: strides in column
+  ! 1 of in_strides) and a float one (dense), 1-based field numbers in redist_reset_operand_field_f
+  allocate(af(r0:r1, n))
+  af = real(-a, c_float)
+  call expect(redist_create_fields_f(hf, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], &
+                                     [eight, 4_c_int64_t], REDIST_MEMORY_HOST, [c_loc(pad(r0, 1)), c_loc(af)], &
+                                     in_strides=reshape([one, r1 - r0 + 3, one, r1 - r0 + 1], [2, 2])), &
+              REDIST_SUCCESS, "", "create_fields_f")
+  call expect(redist_get_nfields(hf, nfl), REDIST_SUCCESS, "", "get_nfields")
+  call truth(nfl == 2, "get_nfields: 2")
+  call expect(redist_plan(hf, c_null_ptr), REDIST_SUCCESS, "", "plan fields")
+  call expect(redist_execute_fields(hf, c_null_ptr, [c_null_ptr, c_null_ptr], resf), REDIST_SUCCESS, "", &
+              "execute_fields")
+  call check_columns(resf(1), "fields: the double field")
+  call c_f_pointer(resf(2), bf, [int(m, c_int64_t), c1 - c0 + 1])
+  call truth(all(bf == real(-reshape([((value(i, j), i = 1, m), j = c0, c1)], [m, int(c1 - c0 + 1)]), c_float)), &
+             "fields: the float field")
+  call expect(redist_reset_operand_field_f(hf, 1, c_loc(pad(r0, 1))), REDIST_SUCCESS, "", "reset_operand_field_f")
+  call expect(redist_reset_operand_field_f(hf, 2, c_loc(af), unchecked=.true.), REDIST_SUCCESS, "", &
+              "reset_operand_field_f unchecked")
+  call expect(redist_reset_operand_field_f(hf, 0, c_loc(af), unchecked=.true.), REDIST_ERROR_INVALID_VALUE, &
+              "got -1", "reset_operand_field_f unchecked out of range (local)")
+  call expect(redist_reset_operand_field_f(hf, 3, c_loc(af)), REDIST_ERROR_INVALID_VALUE, "field must be in 0..1", &
+              "reset_operand_field_f out of range")
+  call expect(redist_execute(hf, c_null_ptr, c_null_ptr, res), REDIST_ERROR_INVALID_VALUE, "redist_create_fields", &
+              "one-array execute on a fields handle")
+  call expect(redist_execute_fields(h, c_null_ptr, [c_null_ptr], resf), REDIST_ERROR_INVALID_VALUE, "one array", &
+              "execute_fields on a one-array handle")
+  call expect(redist_free(hf), REDIST_SUCCESS, "", "free fields")
+  ! field arrays of different sizes: still collective, every rank fails
+  call expect(redist_create_fields_f(hf, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], &
+                                     [eight], REDIST_MEMORY_HOST, [c_loc(a), c_loc(af)]), REDIST_ERROR_INVALID_VALUE, &
+              "field arrays differ", "create_fields_f size mismatch")
 
   call expect(redist_free(h), REDIST_SUCCESS, "", "free")
   call expect(redist_execute(h, c_null_ptr, c_null_ptr, res), REDIST_ERROR_INVALID_STATE, "freed", &

@@ -100,10 +100,10 @@ static redist_status_t fields_case(const char *name, redist_t *h, const char **d
         sizes[1] = 8;
     if (wrong_here && strcmp(name, "fields_item_size_zero_last") == 0)
         sizes[1] = 0;
-    RUN(redist_create_fields(h, nfields, 2, lo, hi, NULL, olo, ohi,
-                             wrong_here && strcmp(name, "fields_sizes_null_last") == 0 ? NULL : sizes,
-                             REDIST_MEMORY_HOST, wrong_here && strcmp(name, "fields_operands_null_last") == 0 ? NULL : ops,
-                             NULL));
+    int null_sizes = wrong_here && strcmp(name, "fields_sizes_null_last") == 0;
+    int null_ops = wrong_here && strcmp(name, "fields_operands_null_last") == 0;
+    RUN(redist_create_fields(h, nfields, 2, lo, hi, NULL, olo, ohi, null_sizes ? NULL : sizes, REDIST_MEMORY_HOST,
+                             null_ops ? NULL : ops, NULL));
     if (st != REDIST_SUCCESS || RUN(redist_plan(*h, NULL)) != REDIST_SUCCESS)
         return st;
     ops[1] = wrong_here ? NULL : b; /* for the rebinding cases */

@@ -111,7 +111,8 @@ int main(int argc, char **argv)
         ALL_FIELDS_OK(out_c, 0);
         /* two fields written into the same bytes: refused on every rank */
         void *same[NF] = {NULL, out[1], out[1]};
-        EXPECT(redist_execute_fields(h, NULL, same, res), REDIST_ERROR_INVALID_VALUE, "field 2's out= overlaps field 1's");
+        EXPECT(redist_execute_fields(h, NULL, same, res), REDIST_ERROR_INVALID_VALUE,
+               "field 2's out= overlaps field 1's");
     }
 
     /* --- rebinding every field (checked), back (unchecked), one field (checked, unchecked) ------ */

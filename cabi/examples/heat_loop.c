@@ -2,16 +2,17 @@
 /*
  * heat_loop.c: a 3-D heat equation, split into 1-D sweeps, on N processes (host memory).
  *
- * The field u(x, y, z) is split along x (Slab.X): each process holds whole y-z planes, so the
- * y sweep is local. For the x sweep the field is redistributed to a split along y (Slab.Y),
- * swept, and redistributed back:
+ * Two fields, a temperature u(x, y, z) and a second one v (a concentration, say), are split
+ * along x (Slab.X): each process holds whole y-z planes, so the y sweep is local. For the x
+ * sweep both are redistributed to a split along y (Slab.Y) in ONE exchange (a fields handle:
+ * one message per peer for both), swept, and redistributed back:
  *
- *     for each step:   u --fwd--> R (engine-owned, Slab.Y)   x sweep on R
- *                      R --back-> u_next (out=, Slab.X)      y sweep on u_next
- *                      reset_operand_unchecked(fwd, u_next)  (double buffering)
+ *     for each step:   (u, v) --fwd--> (Ru, Rv) (engine-owned, Slab.Y)   x sweep on both
+ *                      (Ru, Rv) --back-> (u, v)_next (out=, Slab.X)       y sweep on both
+ *                      reset_operands_unchecked(fwd, (u, v)_next)         (double buffering)
  *
- * Every process also runs the same steps on the whole array and checks every element of
- * both redistributions against it (exact equality: the same arithmetic in the same order).
+ * Every process also runs the same steps on the whole arrays and checks every element of
+ * both fields after both redistributions (exact equality: the same arithmetic in the same order).
  *
  * No MPI in this file: redist initializes MPI (REDIST_COMM_WORLD) and finalizes it.
  *
@@ -117,61 +118,73 @@ int main(int argc, char **argv)
     int64_t xs[3] = {xhi[0] - xlo[0], gs[1], gs[2]}, ys[3] = {gs[0], yhi[1] - ylo[1], gs[2]};
     int64_t nx = xs[0] * xs[1] * xs[2], ntot = gs[0] * gs[1] * gs[2];
 
-    double *u[2] = {malloc((nx + 1) * sizeof(double)), malloc((nx + 1) * sizeof(double))};
-    double *g = malloc(ntot * sizeof(double));
+    /* u[f][b]: field f (0: u, 1: v), buffer b (double buffering); g[f]: the whole field */
+    double *u[2][2], *g[2];
     double *tmp = malloc((gs[0] + gs[1] + gs[2]) * sizeof(double));
-    if (!u[0] || !u[1] || !g || !tmp) {
-        fprintf(stderr, "rank %d: out of memory\n", rank);
-        return 1;
+    double *scratch[2];
+    int64_t sizes[2] = {sizeof(double), sizeof(double)};
+    for (int f = 0; f < 2; f++) {
+        u[f][0] = malloc((nx + 1) * sizeof(double));
+        u[f][1] = malloc((nx + 1) * sizeof(double));
+        g[f] = malloc(ntot * sizeof(double));
+        scratch[f] = malloc((ys[0] * ys[1] * ys[2] + 1) * sizeof(double));
+        if (!u[f][0] || !u[f][1] || !g[f] || !scratch[f] || !tmp) {
+            fprintf(stderr, "rank %d: out of memory\n", rank);
+            return 1;
+        }
+        /* u(i,j,k) = its global linear index n, v = -n - 0.5: any misplaced element shows */
+        for (int64_t n = 0; n < ntot; n++)
+            g[f][n] = f ? -0.5 - (double)n : (double)n;
+        for (int64_t n = 0; n < nx; n++)
+            u[f][0][n] = g[f][xlo[0] * gs[1] * gs[2] + n];
     }
-    /* u(i,j,k) = its global linear index: any misplaced element shows. */
-    for (int64_t n = 0; n < ntot; n++)
-        g[n] = (double)n;
-    for (int64_t n = 0; n < nx; n++)
-        u[0][n] = (double)(xlo[0] * gs[1] * gs[2] + n);
 
     redist_t fwd, back;
-    /* fwd: Slab.X -> Slab.Y, operand u[0] (dense, C order), with options: the host method pack
-       (numpy pack/unpack through staging) and a C-ordered result. */
+    /* fwd: Slab.X -> Slab.Y, both fields (dense, C order) in one exchange, with options: the
+       host method pack (numpy pack/unpack through staging) and a C-ordered result. */
     redist_options_t opts;
     redist_options_init(&opts);
     opts.order = REDIST_ORDER_C;
     opts.host_method = REDIST_HOST_METHOD_PACK;
     opts.transport = REDIST_TRANSPORT_AUTO; /* device memory only; ignored on the host */
-    CHECK(redist_create_ex(&fwd, 3, xlo, xhi, NULL, ylo, yhi, sizeof(double), REDIST_MEMORY_HOST, u[0], &opts));
-    /* back: Slab.Y -> Slab.X; its real operand is fwd's result, bound in the loop. */
-    double *scratch = malloc((ys[0] * ys[1] * ys[2] + 1) * sizeof(double));
-    CHECK(redist_create(&back, 3, ylo, yhi, NULL, xlo, xhi, sizeof(double), REDIST_ORDER_C, REDIST_MEMORY_HOST,
-                        scratch));
+    void *ops[2] = {u[0][0], u[1][0]};
+    CHECK(redist_create_fields(&fwd, 2, 3, xlo, xhi, NULL, ylo, yhi, sizes, REDIST_MEMORY_HOST, ops, &opts));
+    /* back: Slab.Y -> Slab.X; its real operands are fwd's results, bound in the loop. */
+    void *sops[2] = {scratch[0], scratch[1]};
+    CHECK(redist_create_fields(&back, 2, 3, ylo, yhi, NULL, xlo, xhi, sizes, REDIST_MEMORY_HOST, sops, NULL));
     CHECK(redist_plan(fwd, NULL));
     CHECK(redist_plan(back, NULL));
 
     long bad = 0;
     double maxdiff = 0.0, t_exec = 0.0;
     for (int s = 0; s < steps; s++) {
-        double *cur = u[s % 2], *nxt = u[(s + 1) % 2];
-        void *r = NULL, *res = NULL;
+        void *cur[2] = {u[0][s % 2], u[1][s % 2]}, *nxt[2] = {u[0][(s + 1) % 2], u[1][(s + 1) % 2]};
+        void *r[2] = {NULL, NULL}, *res[2] = {NULL, NULL};
         double t0;
-        CHECK(redist_reset_operand_unchecked(fwd, cur));
+        CHECK(redist_reset_operands_unchecked(fwd, cur));
 
         t0 = now();
-        CHECK(redist_execute(fwd, NULL, NULL, &r)); /* engine-owned, valid until the next execute */
+        CHECK(redist_execute_fields(fwd, NULL, NULL, r)); /* engine-owned, valid until the next execute */
         t_exec += now() - t0;
-        bad += compare(r, ylo, yhi, g, gs, &maxdiff);
-        sweep_axis(r, ys, 0, tmp);
-        sweep_axis(g, gs, 0, tmp);
-
-        CHECK(redist_reset_operand_unchecked(back, r));
-        t0 = now();
-        CHECK(redist_execute(back, NULL, nxt, &res));
-        t_exec += now() - t0;
-        if (res != nxt) {
-            fprintf(stderr, "rank %d: execute with out= returned %p, expected %p\n", rank, res, (void *)nxt);
-            bad++;
+        for (int f = 0; f < 2; f++) {
+            bad += compare(r[f], ylo, yhi, g[f], gs, &maxdiff);
+            sweep_axis(r[f], ys, 0, tmp);
+            sweep_axis(g[f], gs, 0, tmp);
         }
-        sweep_axis(nxt, xs, 1, tmp);
-        sweep_axis(g, gs, 1, tmp);
-        bad += compare(nxt, xlo, xhi, g, gs, &maxdiff);
+
+        CHECK(redist_reset_operands_unchecked(back, r));
+        t0 = now();
+        CHECK(redist_execute_fields(back, NULL, nxt, res));
+        t_exec += now() - t0;
+        for (int f = 0; f < 2; f++) {
+            if (res[f] != nxt[f]) {
+                fprintf(stderr, "rank %d: execute with out= returned %p, expected %p\n", rank, res[f], nxt[f]);
+                bad++;
+            }
+            sweep_axis(nxt[f], xs, 1, tmp);
+            sweep_axis(g[f], gs, 1, tmp);
+            bad += compare(nxt[f], xlo, xhi, g[f], gs, &maxdiff);
+        }
     }
 
     CHECK(redist_free(fwd));
@@ -182,12 +195,15 @@ int main(int argc, char **argv)
         printf("rank %d/%d: FAILED, %ld wrong elements (max diff %g)\n", rank, nranks, bad, maxdiff);
         return 1;
     }
-    printf("rank %d/%d: OK, %d steps, every element of %lld x %lld x %lld checked (%.1f us per execute)\n", rank,
-           nranks, steps, (long long)gs[0], (long long)gs[1], (long long)gs[2], 1e6 * t_exec / (2.0 * steps));
-    free(u[0]);
-    free(u[1]);
-    free(g);
+    printf("rank %d/%d: OK, %d steps, every element of both %lld x %lld x %lld fields checked (%.1f us per "
+           "execute)\n", rank, nranks, steps, (long long)gs[0], (long long)gs[1], (long long)gs[2],
+           1e6 * t_exec / (2.0 * steps));
+    for (int f = 0; f < 2; f++) {
+        free(u[f][0]);
+        free(u[f][1]);
+        free(g[f]);
+        free(scratch[f]);
+    }
     free(tmp);
-    free(scratch);
     return 0;
 }

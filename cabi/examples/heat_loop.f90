@@ -1,11 +1,13 @@
 ! SPDX-License-Identifier: Apache-2.0
 !> heat_loop.f90: the heat_loop.c time loop in Fortran, with `use redist`.
 !>
-!> u(x, y, z) is column-major and split along x: this process holds u(x0:x1, 1:ny, 1:nz)
-!> (global, 1-based, inclusive bounds). Each step redistributes it to a split along y
-!> (engine-owned result), sweeps along x there, redistributes back into the other buffer
-!> (out=), sweeps along y, and rebinds the operand with redist_reset_operand_unchecked.
-!> Every element of both redistributions is checked against the same steps on the whole array.
+!> Two fields, a temperature u(x, y, z) and a second one v, are column-major and split along x:
+!> this process holds w(x0:x1, 1:ny, 1:nz, f) (global, 1-based, inclusive bounds; f = 1 is u,
+!> f = 2 is v). Each step redistributes both to a split along y in ONE exchange (a fields
+!> handle, redist_create_fields_f: one message per peer for both; engine-owned results), sweeps
+!> along x there, redistributes both back into the other buffer (out=), sweeps along y, and
+!> rebinds the operands with redist_reset_operands_unchecked. Every element of both fields is
+!> checked after both redistributions against the same steps on the whole arrays.
 !>
 !> No MPI module needed: redist initializes MPI (REDIST_COMM_WORLD) and gives rank and size.
 !>
@@ -18,15 +20,17 @@ program heat_loop
   use redist
   implicit none
 
+  integer, parameter :: nf = 2                  ! the fields: 1 = u, 2 = v
+  integer(c_int64_t), parameter :: sizes(nf) = [8_c_int64_t, 8_c_int64_t]   ! bytes per element, per field
   integer(c_int64_t) :: gs(3), x0, x1, y0, y1
-  integer :: steps, s, a, nbad
+  integer :: steps, s, a, nbad, f
   integer(c_int32_t) :: rank, nranks
   character(len=32) :: arg
-  real(c_double), allocatable, target :: u0(:,:,:), u1(:,:,:), scratch(:,:,:)
-  real(c_double), allocatable :: g(:,:,:)
-  real(c_double), pointer :: nxt(:,:,:), rflat(:,:,:), r(:,:,:)
+  real(c_double), allocatable, target :: w0(:,:,:,:), w1(:,:,:,:), scratch(:,:,:,:)
+  real(c_double), allocatable :: g(:,:,:,:)
+  real(c_double), pointer :: nxt(:,:,:,:), rflat(:,:,:), r(:,:,:)
   type(redist_t) :: fwd, back
-  type(c_ptr) :: rp, res, pcur, pnxt
+  type(c_ptr) :: rp(nf), res(nf), pcur(nf), pnxt(nf)
   integer(c_int64_t) :: i, j, k
 
   gs = [13_c_int64_t, 10_c_int64_t, 7_c_int64_t]
@@ -45,66 +49,71 @@ program heat_loop
 
   call split(gs(1), nranks, rank, x0, x1)   ! Slab along x
   call split(gs(2), nranks, rank, y0, y1)   ! Slab along y
-  allocate(u0(x0:x1, gs(2), gs(3)), u1(x0:x1, gs(2), gs(3)), scratch(gs(1), y0:y1, gs(3)))
-  allocate(g(gs(1), gs(2), gs(3)))
-  ! u(i, j, k) = its global column-major index: any misplaced element shows
+  allocate(w0(x0:x1, gs(2), gs(3), nf), w1(x0:x1, gs(2), gs(3), nf), scratch(gs(1), y0:y1, gs(3), nf))
+  allocate(g(gs(1), gs(2), gs(3), nf))
+  ! u(i, j, k) = its global column-major index n, v = -n - 1/2: any misplaced element shows
   do k = 1, gs(3)
     do j = 1, gs(2)
       do i = 1, gs(1)
-        g(i, j, k) = real((i - 1) + (j - 1) * gs(1) + (k - 1) * gs(1) * gs(2), c_double)
+        g(i, j, k, 1) = real((i - 1) + (j - 1) * gs(1) + (k - 1) * gs(1) * gs(2), c_double)
+        g(i, j, k, 2) = -0.5_c_double - g(i, j, k, 1)
       end do
     end do
   end do
-  u0 = g(x0:x1, :, :)
+  w0 = g(x0:x1, :, :, :)
 
-  ! fwd: x-split -> y-split; back: y-split -> x-split (its operand is fwd's result, bound per step)
-  call check(redist_create_f(fwd, [x0, 1_c_int64_t, 1_c_int64_t], [x1, gs(2), gs(3)], &
-                             [1_c_int64_t, y0, 1_c_int64_t], [gs(1), y1, gs(3)], &
-                             8_c_int64_t, REDIST_MEMORY_HOST, addr(u0)), "redist_create_f(fwd)")
-  call check(redist_create_f(back, [1_c_int64_t, y0, 1_c_int64_t], [gs(1), y1, gs(3)], &
-                             [x0, 1_c_int64_t, 1_c_int64_t], [x1, gs(2), gs(3)], &
-                             8_c_int64_t, REDIST_MEMORY_HOST, addr(scratch)), "redist_create_f(back)")
+  ! fwd: x-split -> y-split; back: y-split -> x-split (its operands are fwd's results, bound per step)
+  call check(redist_create_fields_f(fwd, [x0, 1_c_int64_t, 1_c_int64_t], [x1, gs(2), gs(3)], &
+                                    [1_c_int64_t, y0, 1_c_int64_t], [gs(1), y1, gs(3)], &
+                                    sizes, REDIST_MEMORY_HOST, addrs(w0)), "redist_create_fields_f(fwd)")
+  call check(redist_create_fields_f(back, [1_c_int64_t, y0, 1_c_int64_t], [gs(1), y1, gs(3)], &
+                                    [x0, 1_c_int64_t, 1_c_int64_t], [x1, gs(2), gs(3)], &
+                                    sizes, REDIST_MEMORY_HOST, addrs(scratch)), "redist_create_fields_f(back)")
   call check(redist_plan(fwd, c_null_ptr), "redist_plan(fwd)")
   call check(redist_plan(back, c_null_ptr), "redist_plan(back)")
 
   nbad = 0
   do s = 0, steps - 1
     if (mod(s, 2) == 0) then
-      nxt => u1
-      pcur = addr(u0)
-      pnxt = addr(u1)
+      nxt => w1
+      pcur = addrs(w0)
+      pnxt = addrs(w1)
     else
-      nxt => u0
-      pcur = addr(u1)
-      pnxt = addr(u0)
+      nxt => w0
+      pcur = addrs(w1)
+      pnxt = addrs(w0)
     end if
-    call check(redist_reset_operand_unchecked(fwd, pcur), "redist_reset_operand_unchecked(fwd)")
-    call check(redist_execute(fwd, c_null_ptr, c_null_ptr, rp), "redist_execute(fwd)")
-    ! the engine-owned result: gs(1) x (y1-y0+1) x gs(3), column-major, valid until the next execute
-    call c_f_pointer(rp, rflat, [gs(1), y1 - y0 + 1, gs(3)])
-    r(1:, y0:, 1:) => rflat
-    nbad = nbad + count(r /= g(:, y0:y1, :))
-    do k = 1, gs(3)
-      do j = y0, y1
-        call sweep(r(:, j, k))
-      end do
-      do j = 1, gs(2)
-        call sweep(g(:, j, k))
+    call check(redist_reset_operands_unchecked(fwd, pcur), "redist_reset_operands_unchecked(fwd)")
+    call check(redist_execute_fields(fwd, c_null_ptr, [(c_null_ptr, f = 1, nf)], rp), "redist_execute_fields(fwd)")
+    do f = 1, nf
+      ! field f's engine-owned result: gs(1) x (y1-y0+1) x gs(3), column-major, valid until the next execute
+      call c_f_pointer(rp(f), rflat, [gs(1), y1 - y0 + 1, gs(3)])
+      r(1:, y0:, 1:) => rflat
+      nbad = nbad + count(r /= g(:, y0:y1, :, f))
+      do k = 1, gs(3)
+        do j = y0, y1
+          call sweep(r(:, j, k))
+        end do
+        do j = 1, gs(2)
+          call sweep(g(:, j, k, f))
+        end do
       end do
     end do
 
-    call check(redist_reset_operand_unchecked(back, rp), "redist_reset_operand_unchecked(back)")
-    call check(redist_execute(back, c_null_ptr, pnxt, res), "redist_execute(back)")
-    if (.not. c_associated(res, pnxt) .and. size(nxt) > 0) nbad = nbad + 1
-    do k = 1, gs(3)
-      do i = x0, x1
-        call sweep(nxt(i, :, k))
-      end do
-      do i = 1, gs(1)
-        call sweep(g(i, :, k))
+    call check(redist_reset_operands_unchecked(back, rp), "redist_reset_operands_unchecked(back)")
+    call check(redist_execute_fields(back, c_null_ptr, pnxt, res), "redist_execute_fields(back)")
+    do f = 1, nf
+      if (.not. c_associated(res(f), pnxt(f)) .and. size(nxt) > 0) nbad = nbad + 1
+      do k = 1, gs(3)
+        do i = x0, x1
+          call sweep(nxt(i, :, k, f))
+        end do
+        do i = 1, gs(1)
+          call sweep(g(i, :, k, f))
+        end do
       end do
     end do
-    nbad = nbad + count(nxt /= g(x0:x1, :, :))
+    nbad = nbad + count(nxt /= g(x0:x1, :, :, :))
   end do
 
   call check(redist_free(fwd), "redist_free(fwd)")
@@ -116,7 +125,7 @@ program heat_loop
     error stop 1
   end if
   write (*, '(a,i0,a,i0,a,i0,a,i0,a,i0,a,i0,a)') "rank ", rank, "/", nranks, ": OK (Fortran), ", steps, &
-    " steps, every element of ", gs(1), " x ", gs(2), " x ", gs(3), " checked"
+    " steps, every element of both fields ", gs(1), " x ", gs(2), " x ", gs(3), " checked"
 
 contains
 
@@ -145,15 +154,19 @@ contains
     end do
   end subroutine sweep
 
-  !> c_loc of an array, or c_null_ptr when it is empty (c_loc of a zero-sized array is invalid).
-  !> The dummy is allocatable so that no temporary copy can stand in for the caller's array:
-  !> the address must stay valid after the call (a pointer or section actual could be copied).
-  function addr(x) result(p)
-    real(c_double), allocatable, intent(in), target :: x(:,:,:)
-    type(c_ptr) :: p
+  !> c_loc of each field x(:, :, :, f), or c_null_ptr when the box is empty (c_loc of a
+  !> zero-sized array is invalid). The dummy is allocatable so that no temporary copy can stand
+  !> in for the caller's array: the addresses must stay valid after the call.
+  function addrs(x) result(p)
+    real(c_double), allocatable, intent(in), target :: x(:,:,:,:)
+    type(c_ptr) :: p(size(x, 4))
+    integer :: f
     p = c_null_ptr
-    if (size(x) > 0) p = c_loc(x)
-  end function addr
+    if (size(x) == 0) return
+    do f = 1, size(x, 4)
+      p(f) = c_loc(x(lbound(x, 1), lbound(x, 2), lbound(x, 3), f))
+    end do
+  end function addrs
 
   !> Stop every process with redist's message on any failure (redist errors are collective).
   subroutine check(status, what)

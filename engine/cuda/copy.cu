@@ -151,12 +151,16 @@ __device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, 
             dso += (i64)idx * sg->dstride[k];
         }
         const u32 a0 = ja * REDIST_TILE, b0 = jb * REDIST_TILE;
-        for (u32 i = ty; i < REDIST_TILE; i += REDIST_BLOCK / REDIST_TILE) {  // read: a varies across the warp
+#pragma unroll
+        for (u32 k = 0; k < REDIST_TILE / (REDIST_BLOCK / REDIST_TILE); ++k) {  // read: a varies across the warp
+            const u32 i = ty + k * (REDIST_BLOCK / REDIST_TILE);
             const u32 ai = a0 + tx, bi = b0 + i;
             if (ai < na && bi < nb) tile[i][tx] = *reinterpret_cast<const T*>(src0 + so + (i64)ai * sa + (i64)bi * sb);
         }
         __syncthreads();
-        for (u32 i = ty; i < REDIST_TILE; i += REDIST_BLOCK / REDIST_TILE) {  // write: b varies across the warp
+#pragma unroll
+        for (u32 k = 0; k < REDIST_TILE / (REDIST_BLOCK / REDIST_TILE); ++k) {  // write: b varies across the warp
+            const u32 i = ty + k * (REDIST_BLOCK / REDIST_TILE);
             const u32 ai = a0 + i, bi = b0 + tx;
             if (ai < na && bi < nb) *reinterpret_cast<T*>(dst0 + dso + (i64)ai * da + (i64)bi * db) = tile[tx][i];
         }

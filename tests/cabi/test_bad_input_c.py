@@ -63,6 +63,34 @@ CASES = {
     "initialize_twice": (IS, r"already initialized", None),
     "comm_rank_null_ok": (OK, None, None),
     "graph_on_host": (NS, r"graph\(\) is only available for CUDA execution", None),
+    # fused fields (redist_create_fields): a double and a float field in one exchange
+    "fields_ok": (OK, None, "ok"),
+    "fields_out_some_ranks_ok": (OK, None, "ok"),
+    "fields_nfields_differs_last": (IV, rf"nfields must be the same on every rank: rank 0 has 2, but {LAST} has 3",
+                                    None),
+    "fields_nfields_zero_last": (IV, rf"{LAST}: nfields must be in 1\.\.1024, got 0", None),
+    "fields_nfields_negative_last": (IV, rf"{LAST}: nfields must be in 1\.\.1024, got -2", None),
+    "fields_create_operand_null_last": (IV, rf"{LAST}: field 1: operands\[1\] is NULL but the input box holds", None),
+    "fields_operands_null_last": (IV, rf"{LAST}: operands is NULL but the input box holds", None),
+    "fields_item_size_differs_last": (
+        IV, rf"field 1: element_sizes\[1\] must be the same on every rank: rank 0 has 4, but {LAST} has 8", None),
+    "fields_item_size_zero_last": (IV, rf"{LAST}: field 1: element_sizes\[1\] must be positive, got 0", None),
+    "fields_sizes_null_last": (IV, rf"{LAST}: element_sizes is NULL", None),
+    "fields_reset_operands_null_last": (
+        IV, rf"redist_reset_operands: .*{LAST}: field 1: the operand is NULL but this rank's input box holds", None),
+    "fields_reset_operands_unchecked_null_last": ("local", r"field 1: the operand is NULL", None),
+    "fields_reset_field_out_of_range_last": (IV, rf"{LAST}: field must be in 0..1 \(0-based\), got 2", None),
+    "fields_reset_field_null_last": (IV, rf"{LAST}: field 1: the operand is NULL", None),
+    "fields_after_release_last": (
+        IS, rf"{LAST}: Execution cannot be performed after the operand has been released", None),
+    "fields_out_aliases_operand_last": (IV, rf"{LAST}: execute\(out=...\): field 1: out= overlaps field 0's operand",
+                                        None),
+    # a handle of the other kind: a property of the handle (made collectively), so every rank
+    # passes it and gets the same local INVALID_VALUE, before any communication (as a bad handle)
+    "fields_one_array_function": (IV, r"redist_execute: .*handle \d+ moves 2 fields \(made by redist_create_fields\)",
+                                  None),
+    "execute_fields_one_array_handle": (IV, r"redist_execute_fields: .*handle \d+ moves one array", None),
+    "reset_operands_one_array_handle": (IV, r"redist_reset_operands: .*handle \d+ moves one array", None),
 }
 #: cases run on one process, without mpiexec (before redist_initialize)
 SINGLE = {

@@ -29,6 +29,9 @@ API = [
     "redist_execute", "redist_execute_strided",
     "redist_reset_operand", "redist_reset_operand_unchecked", "redist_release_operand", "redist_free",
     "redist_graph", "redist_get_error_string", "redist_get_last_error", "redist_version",
+    "redist_create_fields", "redist_get_nfields", "redist_execute_fields", "redist_execute_fields_strided",
+    "redist_reset_operands", "redist_reset_operands_unchecked", "redist_reset_operand_field",
+    "redist_reset_operand_field_unchecked",
 ]
 
 
@@ -113,6 +116,13 @@ def test_heat_loop(programs, nprocs):
 
 
 @pytest.mark.mpi
+def test_heat_loop_two_fields(programs):
+    """The heat loop moves its two fields (u, v) in one exchange per direction (redist_create_fields)."""
+    res = mpi(2, programs("heat_loop"), 6, 5, 4, 3)
+    assert_all_ranks_ok(res, 2, r"rank (\d+)/(\d+): OK, 3 steps, every element of both 6 x 5 x 4 fields checked")
+
+
+@pytest.mark.mpi
 def test_heat_loop_empty_boxes(programs):
     res = mpi(3, programs("heat_loop"), 2, 5, 3, 4)  # 2 x-planes on 3 ranks: rank 2 holds nothing
     assert_all_ranks_ok(res, 3)
@@ -161,6 +171,23 @@ def test_api_error_paths(programs, nprocs):
     assert_all_ranks_ok(res, nprocs, r"rank (\d+)/(\d+): (\d+) checks passed")
     assert f"bad box on rank {nprocs - 1} -> rank 0 got: redist_create: InvalidValueError: rank {nprocs - 1}" \
         in res.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_fields(programs, nprocs):
+    """Fused fields (double, float, int16_t in one exchange), every element checked: engine-owned
+    results, out= per field (dense, ghosted, reversed), rebinding every field and one field
+    (checked and not), per-field operand strides with an F-order result, released operands, and
+    handles of the other kind refused (cabi/checks/fields_checks.c)."""
+    res = mpi(nprocs, programs("fields_checks"))
+    assert_all_ranks_ok(res, nprocs, r"rank (\d+)/(\d+): (\d+) fields checks passed")
+
+
+@pytest.mark.mpi
+def test_fields_empty_boxes(programs):
+    res = mpi(4, programs("fields_checks"), 3, 5)  # 3 rows on 4 ranks: rank 3 holds no input
+    assert_all_ranks_ok(res, 4, r"rank (\d+)/(\d+): (\d+) fields checks passed")
 
 
 def probe(programs, env) -> dict:

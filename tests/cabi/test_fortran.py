@@ -59,7 +59,7 @@ def test_module_binds_every_c_function():
     module = (T.HERE / "redist.f90").read_text()
     c_functions = set(re.findall(r"^(?:redist_status_t|const char \*)\s*(redist_\w+)\(", header, re.MULTILINE))
     bound = set(re.findall(r'bind\(C, name="(redist_\w+)"\)', module))
-    assert len(c_functions) == 16 and bound == c_functions
+    assert len(c_functions) == 24 and bound == c_functions
     for const in ("REDIST_SUCCESS", "REDIST_ERROR_PYTHON_INIT", "REDIST_ORDER_F", "REDIST_MEMORY_DEVICE",
                   "REDIST_COMM_WORLD", "REDIST_DEVICE_AUTO", "REDIST_DEVICE_NONE", "REDIST_TRANSPORT_PUT",
                   "REDIST_HOST_METHOD_ALLTOALLW", "REDIST_OPTIONS_VERSION"):
@@ -76,7 +76,8 @@ def assert_all_ranks(res, nprocs, pattern):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 def test_heat_loop_fortran(fprograms, nprocs):
-    """use redist, 1-based bounds, column-major arrays, 20 steps, every element checked."""
+    """use redist, 1-based bounds, column-major arrays, two fields in one exchange
+    (redist_create_fields_f), 20 steps, every element of both checked."""
     res = mpi(nprocs, fprograms("heat_loop"))
     assert_all_ranks(res, nprocs, r"rank (\d+)/\d+: OK \(Fortran\)")
 
@@ -106,6 +107,8 @@ def test_halo_and_permuted_transpose_fortran_empty_boxes(fprograms):
 @pytest.mark.parametrize("nprocs", [1, 3])
 def test_fortran_wrappers_and_errors(fprograms, nprocs):
     """redist_create_f (1-based bounds, optional strides), mismatched bound arrays and a bad box on
-    one rank (collective INVALID_VALUE), execute before plan / after free, string helpers."""
+    one rank (collective INVALID_VALUE), execute before plan / after free, string helpers; two
+    fields (double with strides, float) through redist_create_fields_f, 1-based field rebinding,
+    mismatched field arrays (collective INVALID_VALUE), handles of the other kind refused."""
     res = mpi(nprocs, fprograms("api_checks"), redist.__version__)
     assert_all_ranks(res, nprocs, r"rank (\d+)/\d+: \d+ Fortran checks passed")

@@ -290,7 +290,8 @@ def package_differs_last(env):
     Redistribute(torch.from_numpy(a) if env.is_last() else a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidTypeError, r"rank 0: builtins.list not supported"))
+@case((E.InvalidTypeError, r"rank 0: field 0: builtins.float not supported .* \(a tuple or list operand holds several "
+                           r"fields, one array each\)"))
 def not_an_array_rank0(env):
     a, _ = operand(env)
     Redistribute([1.0, 2.0] if env.rank == 0 else a, Slab.X, Slab.Y)
@@ -1084,3 +1085,19 @@ def fields_reset_wrong_count_last(env):
 def fields_reset_field_out_of_range_last(env):
     r, ops, gs = planned_fields(env)
     r.reset_operand(ops[0], field=3 if env.is_last() else 0)
+
+
+@case(OK)
+def fields_of_other_strides(env):
+    """Fields with other strides than field 0's: padded, reversed, F-ordered (result_layout='C')."""
+    ops, gs = fields(env)
+    pad = np.zeros(tuple(n + 2 for n in ops[1].shape), ops[1].dtype)
+    pad[1:-1, 1:-1, 1:-1] = ops[1]
+    rev = ops[2][::-1].copy()[::-1]
+    mixed = (np.asfortranarray(ops[0]), pad[1:-1, 1:-1, 1:-1], rev)
+    for opts in ({"result_layout": "C"}, {"result_layout": "C", "host_method": "hybrid"}):
+        r = Redistribute(mixed, Slab.X, Slab.Y, options=opts)
+        r.plan()
+        for it in range(2):
+            right_fields(env, r.execute(), gs, f"{opts} iteration {it}")
+        r.free()
