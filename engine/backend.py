@@ -67,6 +67,7 @@ class Context:
     comm: Any
     cuda: Runtime | None = None
     _tags: int = field(default=0, repr=False)
+    _second: Any = field(default=None, repr=False)
     _retired: dict[int, MPI.Win] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -77,6 +78,14 @@ class Context:
     @property
     def nranks(self) -> int:
         return self.comm.Get_size()
+
+    def second_comm(self) -> MPI.Intracomm:
+        """Collective the first time: a second duplicate of the communicator, for the messages of
+        a pair beyond its first (several fields), which must never match the receives of the
+        first (posted with ANY_TAG: the tag carries the call's agreement)."""
+        if self._second is None:
+            self._second = self.comm.Dup()
+        return self._second
 
     def next_tag(self) -> int:
         """A tag base for a new executable: the same on every rank (lowering is collective)."""
@@ -115,6 +124,9 @@ class Context:
 
         gc.collect()  # results nobody holds any more release their windows now
         self.reap()
+        if self._second is not None:
+            self._second.Free()
+            self._second = None
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ from ..errors import CommunicationError, InvalidStateError, InvalidValueError, N
 from ..plan import FusedPlan, Plan, fuse
 from ..strided import HostBuffer
 from ._datatypes import copy_views, empty_bytes, region_datatype
-from .messages import Message, Side, align
+from .messages import Message, Side, align, messages
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -103,9 +103,11 @@ def out_problem(plan: Plan, buf: Buffer) -> str | None:
 class HostExecutable:
     """A plan bound to MPI: see the module docstring. Made by :func:`lower`.
 
-    A :class:`~..plan.FusedPlan` of several fields moves them in one exchange: one message per
-    peer carries every field's part (an MPI struct datatype over the parts, or one packed slot),
-    and the fields' operands and outputs are bound by field index.
+    A :class:`~..plan.FusedPlan` of several fields moves them in one exchange (one round, one
+    agreement): per peer one packed message carries every field's small part, a large part goes
+    as its own message in its own mode (:func:`.messages.messages`; a pair's further messages go
+    over ``second``, the context's second communicator, with exact tags: no ANY_TAG receive of a
+    first message can match them); operands and outputs are bound by field index.
     """
 
     backend = "host"
@@ -116,7 +118,8 @@ class HostExecutable:
     results: tuple[Buffer, ...]
 
     def __init__(
-        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | None
+        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | None,
+        second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (),
     ) -> None:
         from mpi4py import MPI
 
@@ -133,10 +136,14 @@ class HostExecutable:
         span = max(1, (int(comm.Get_attr(MPI.TAG_UB)) + 1) // 2)  # executable k: tags 2k (well), 2k + 1 (failed)
         self._ok_tag = 2 * (tag % span)
         self._err_tag = self._ok_tag + 1
+        self._second = second  # the communicator of a pair's messages 1, 2, ... (several fields; not owned)
+        self._data_tags = [2 * (t % span) for t in data_tags]  # and their tags
         self._complete = method != "alltoallw" and 1 < plan.nranks <= COMPLETE_MAX
         self._single = plan.nranks == 1
         self._p2p = method != "alltoallw" and not self._single  # execute's usual path
-        self._sends = [Message([p.sends[i] for p in fields], True, method, isz) for i in range(len(plan.sends))]
+        self._sends = [m for i in range(len(plan.sends)) for m in messages([p.sends[i] for p in fields], True, method, isz)]
+        for m in self._sends:
+            m.tag = self._tag(m, send=True)
         self._send_stage_bytes = 0
         self._staged_send_reqs: list = [None] * len(self._sends)
         packed: dict = {}  # pack copies -> slot: the same elements to several peers are packed once
@@ -188,6 +195,17 @@ class HostExecutable:
         self._freed = False
 
     # -- binding ------------------------------------------------------------------------------
+
+    def _tag(self, m: Message, send: bool) -> int:
+        """The tag a message is sent / received with: the pair's first message carries the
+        agreement (received with ANY_TAG when every pair exchanges one); the others (over the
+        second communicator) tags of their own."""
+        if m.index:
+            return self._data_tags[m.index - 1]
+        return self._MPI.ANY_TAG if self._complete and not send else self._ok_tag
+
+    def _comm(self, m: Message) -> MPI.Intracomm:
+        return self._second if m.index else self.comm
 
     def _commit_parts(self, m: Message) -> None:
         for part in m.parts:
@@ -250,26 +268,12 @@ class HostExecutable:
     def _buffer(self, ptr: int, nbytes: int):
         return self._MPI.buffer.fromaddress(ptr, nbytes)
 
-    def _spec(self, m: Message, bases, side: Side):
-        """``[buffer, count, datatype]`` of a direct, datatype or struct message on the fields' addresses ``bases``."""
-        MPI = self._MPI
-        if m.mode == "struct":  # every field's part where it is, at absolute addresses
-            blocks, where, types = [], [], []
-            for part in m.parts:
-                where.append(bases[part.field] + part.offset * part.itemsize)
-                if part.mode == "direct":
-                    blocks.append(part.nbytes)
-                    types.append(MPI.BYTE)
-                else:
-                    blocks.append(1)
-                    types.append(part.dtype)
-            dtype = MPI.Datatype.Create_struct(blocks, where, types).Commit()
-            side.dtypes.append(dtype)
-            return [MPI.BOTTOM, 1, dtype]
+    def _spec(self, m: Message, bases):
+        """``[buffer, count, datatype]`` of a direct or datatype message (one part) on the fields' addresses ``bases``."""
         part = m.parts[0]
-        ptr = bases[0] + part.offset * part.itemsize
+        ptr = bases[part.field] + part.offset * part.itemsize
         if m.mode == "direct":
-            return [self._buffer(ptr, m.nbytes), m.nbytes, MPI.BYTE]
+            return [self._buffer(ptr, m.nbytes), m.nbytes, self._MPI.BYTE]
         return [self._buffer(ptr, part.span), 1, part.dtype]
 
     def _layout(self, strides):
@@ -277,10 +281,11 @@ class HostExecutable:
         hit = self._layouts.get(strides)
         if hit is None:
             plans = [p.retarget(st) for p, st in zip(self._fields, strides)]
-            msgs = [Message([p.recvs[i] for p in plans], False, self.method, self._itemsizes)
-                    for i in range(len(plans[0].recvs))]
+            msgs = [m for i in range(len(plans[0].recvs))
+                    for m in messages([p.recvs[i] for p in plans], False, self.method, self._itemsizes)]
             nbytes = 0
             for m in msgs:
+                m.tag = self._tag(m, send=False)
                 if m.mode == "staged":
                     m.slot = nbytes
                     nbytes += align(m.nbytes)
@@ -314,7 +319,7 @@ class HostExecutable:
                 side.copies.append(views[-1])
                 side.staged_requests.append(after.setdefault(m.slot, [req]))
             elif self.method != "alltoallw":
-                side.requests.append(comm.Send_init(self._spec(m, ptrs, side), m.peer, self._ok_tag))
+                side.requests.append(self._comm(m).Send_init(self._spec(m, ptrs), m.peer, m.tag))
         self._evict(self._sides_in, ptrs, side)
         return side
 
@@ -329,16 +334,16 @@ class HostExecutable:
         comm, MPI = self.comm, self._MPI
         stage = self._recv_staging(strides, nbytes)
         dsts = [HostBuffer(ptr, isz) for ptr, isz in zip(ptrs, self._itemsizes)]
-        tag = MPI.ANY_TAG if self._complete else self._ok_tag
         for m in msgs:
+            reqs = side.more_requests if m.index else side.requests  # only the first messages' tags are checked
             if m.mode == "staged":
                 base = stage.ctypes.data + m.slot
                 side.copies.extend(copy_views(c, HostBuffer(base + part.start, part.itemsize), dsts[part.field])
                                    for part in m.parts for c in part.copies)
-                side.requests.append(comm.Recv_init([self._buffer(base, m.nbytes), m.nbytes, MPI.BYTE], m.peer,
-                                                    tag))
+                reqs.append(self._comm(m).Recv_init([self._buffer(base, m.nbytes), m.nbytes, MPI.BYTE], m.peer,
+                                                    m.tag))
             elif self.method != "alltoallw":
-                side.requests.append(comm.Recv_init(self._spec(m, ptrs, side), m.peer, tag))
+                reqs.append(self._comm(m).Recv_init(self._spec(m, ptrs), m.peer, m.tag))
         self._evict(self._sides_out, key, side)
         return side
 
@@ -355,7 +360,7 @@ class HostExecutable:
         self._send_stage = empty_bytes(self._send_stage_bytes)
         base = self._send_stage.ctypes.data
         self._staged_send_reqs = [
-            self.comm.Send_init([self._buffer(base + m.slot, m.nbytes), m.nbytes, MPI.BYTE], m.peer, self._ok_tag)
+            self._comm(m).Send_init([self._buffer(base + m.slot, m.nbytes), m.nbytes, MPI.BYTE], m.peer, m.tag)
             if m.mode == "staged" else None
             for m in self._sends
         ]
@@ -407,10 +412,11 @@ class HostExecutable:
         ]
         if self.method == "alltoallw":
             return [], [], [], [], 0, local
-        recvs = recv.requests + self._null_recvs
-        first = recvs + send.requests + self._null_sends
+        recvs = recv.requests + self._null_recvs  # their tags say whether the peer is well
+        first = recvs + recv.more_requests + send.requests + self._null_sends
         packs = [(d, s, r) for (d, s), r in zip(send.copies, send.staged_requests)]
-        reqs = recvs + send.requests + [r for rs in send.staged_requests for r in rs] + self._null_sends
+        reqs = (recvs + recv.more_requests + send.requests + [r for rs in send.staged_requests for r in rs]
+                + self._null_sends)
         return first, packs, recv.copies, reqs, len(recvs), local
 
     def _make_alltoallw(self) -> None:
@@ -493,12 +499,13 @@ class HostExecutable:
         """This rank cannot run the exchange: tell every peer (error tag), write nothing, raise."""
         if self._complete:
             MPI = self._MPI
-            recvs = [(t.src, sum(p.recvs[i].nbytes for p in self._fields)) for i, t in enumerate(self._fields[0].recvs)]
-            sizes = [m.nbytes for m in self._sends] + [n for _, n in recvs] + [1]
+            recvs = self._layout(self._result_strides)[1]  # sizes and tags: the same for any out= strides
+            sizes = [m.nbytes for m in self._sends + recvs] + [1]
             scratch = np.zeros(max(sizes), np.uint8)
-            reqs = [self.comm.Irecv([scratch, n, MPI.BYTE], src, MPI.ANY_TAG) for src, n in recvs]
+            reqs = [self._comm(m).Irecv([scratch, m.nbytes, MPI.BYTE], m.peer, m.tag) for m in recvs]
             reqs += [self.comm.Irecv([scratch, 0, MPI.BYTE], s, MPI.ANY_TAG) for s in self._null_from]
-            reqs += [self.comm.Isend([scratch, m.nbytes, MPI.BYTE], m.peer, self._err_tag) for m in self._sends]
+            reqs += [self._comm(m).Isend([scratch, m.nbytes, MPI.BYTE], m.peer, m.tag if m.index else self._err_tag)
+                     for m in self._sends]
             reqs += [self.comm.Isend([scratch, 0, MPI.BYTE], d, self._err_tag) for d in self._null_to]
             MPI.Request.Waitall(reqs)
         else:
@@ -611,8 +618,8 @@ class HostExecutable:
             f"redist host executable rank {p.rank}/{p.nranks} method={self.method} ({_METHOD_TEXT[self.method]})",
             (f"  plan key={self.plan.key} itemsize={'/'.join(map(str, self._itemsizes))} out_order={p.out_order} "
              f"{'' if self.nfields == 1 else f'{self.nfields} fields in one exchange, '}"
-             f"send={sum(m.nbytes for m in self._sends)} B to {len(self._sends)} peer(s), "
-             f"recv={sum(m.nbytes for m in recvs)} B from {len(recvs)} peer(s); agreement: {agreement}"),
+             f"send={sum(m.nbytes for m in self._sends)} B to {len({m.peer for m in self._sends})} peer(s), "
+             f"recv={sum(m.nbytes for m in recvs)} B from {len({m.peer for m in recvs})} peer(s); agreement: {agreement}"),
             (f"  staging: send {send_stage} B, recv {recv_stage} B "
              f"({'allocated' if self._send_stage is not None or self._recv_stage else 'not allocated'})"),
         ]
@@ -625,7 +632,6 @@ class HostExecutable:
         how = {
             "direct": "direct ({} in place, one contiguous run)",
             "datatype": "MPI derived datatype ({} {} run(s) of {} elem, no pack)",
-            "struct": "MPI struct datatype over the {} fields' parts, {} ({} run(s) of {} elem in the first)",
             "staged": "{} via staging@{} ({} run(s) of {} elem)",
         }
         for kind, arrow, msgs, side in (("send", "->", self._sends, "from operand"), ("recv", "<-", recvs, "into output")):
@@ -635,13 +641,12 @@ class HostExecutable:
                     text = how["direct"].format(side)
                 elif m.mode == "datatype":
                     text = how["datatype"].format(side, runs, run)
-                elif m.mode == "struct":
-                    text = how["struct"].format(len(m.parts), side, runs, run)
                 elif m.shared:
                     text = f"from staging@{m.slot}, packed once for an earlier peer (the same elements)"
                 else:
                     text = how["staged"].format("pack" if kind == "send" else "unpack", m.slot, runs, run)
-                lines.append(f"  {kind} {arrow}{m.peer}: {m.nbytes} B {text}")
+                which = "" if self.nfields == 1 else f"field(s) {[q.field for q in m.parts]}: "
+                lines.append(f"  {kind} {arrow}{m.peer}: {which}{m.nbytes} B {text}")
         if p.local is None and not self._sends and not recvs:
             lines.append("  (nothing to move)")
         return "\n".join(lines)

@@ -62,6 +62,9 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> HostEx
     else:
         chosen = method
     tag = ctx.next_tag()
+    nfields = plan.nfields if isinstance(plan, FusedPlan) else 1
+    second = ctx.second_comm() if nfields > 1 else None  # a pair's further messages (several fields) ...
+    data_tags = tuple(ctx.next_tag() for _ in range(nfields - 1))  # ... with tags no other executable uses
     exe = None
     with collective.attempt(comm) as step:
         if chosen not in METHODS + ("push",):
@@ -87,7 +90,7 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> HostEx
                 "'hybrid', 'datatype' or 'pack' (one exchange for every field)"
             )
         if chosen != "push":
-            exe = HostExecutable(plan, comm, chosen, tag, options.logger)
+            exe = HostExecutable(plan, comm, chosen, tag, options.logger, second, data_tags)
             if chosen == "alltoallw" and any(t.more for t in first.sends + first.recvs):
                 raise NotSupportedError(
                     f"host method 'alltoallw' sends one MPI datatype per pair of ranks, but rank {plan.rank} exchanges "

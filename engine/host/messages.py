@@ -4,8 +4,8 @@
 A :class:`Message` is one send or receive of a plan: its peer, its bytes, and per field a
 :class:`Part`: the strided region it reads (send) or writes (receive). Its *mode*: ``"direct"``
 (one contiguous run, in place), ``"datatype"`` (an MPI derived datatype straight on the buffer),
-``"struct"`` (several fields: one MPI struct datatype over every part) or ``"staged"`` (numpy pack
-or unpack through engine-owned staging). A :class:`Side` holds the persistent requests and views of
+or ``"staged"`` (numpy pack or unpack through engine-owned staging; several fields' small parts
+go packed together). A :class:`Side` holds the persistent requests and views of
 one binding (an operand address, or an output address + strides).
 """
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
     from mpi4py.MPI import Datatype, Prequest
 
-__all__ = ["Message", "Part", "Side", "align", "datatype_pays"]
+__all__ = ["FUSE_MAX_BYTES", "Message", "Part", "Side", "align", "datatype_pays", "messages"]
 
 
 def align(n: int) -> int:
@@ -101,41 +101,46 @@ class Part:
         return math.prod(self.shape) // run, run
 
 
-class Message:
-    """One remote exchange with a peer seen from this rank (a send or a receive): one part per
-    field, one after another in the message's bytes, and how the message moves.
+#: several fields: a field's part of at least this many bytes goes as its own message (in its own
+#: mode: in place, an MPI datatype or packed, whatever it would be alone), the smaller parts are
+#: packed into one message together (perf/RESULTS.md "Fused fields": one packed message of three
+#: 8 KiB parts costs 0.6-0.7x three messages; at 64 KiB parts, packing them costs 1.4x the
+#: messages, which MPI moves in place).
+FUSE_MAX_BYTES = 32 << 10
 
-    With one field the mode is the part's. With several, ``"struct"`` sends every part where it is
-    (an MPI struct datatype over their absolute addresses, made per binding) and ``"staged"``
-    packs every part into one slot when any part would be packed on its own.
+
+class Message:
+    """One remote exchange with a peer seen from this rank (a send or a receive): one or more
+    fields' parts, one after another in the message's bytes, and how the message moves.
+
+    With one part the mode is the part's; several parts (small ones, see :func:`messages`) are
+    packed into one staging slot (``"staged"``). ``index`` is the message's place among those of
+    its pair (0: the first, which also carries the call's agreement in its tag).
     """
 
-    __slots__ = ("mode", "nbytes", "parts", "peer", "shared", "slot")
+    __slots__ = ("index", "mode", "nbytes", "parts", "peer", "shared", "slot", "tag")
 
+    index: int
     mode: str
     nbytes: int
     parts: tuple[Part, ...]
     peer: int
     shared: bool
     slot: int
+    tag: int
 
-    def __init__(self, transfers: Sequence[Transfer], send: bool, method: str, itemsizes: Sequence[int]) -> None:
-        parts, start = [], 0
-        for f, (t, isz) in enumerate(zip(transfers, itemsizes)):
-            parts.append(Part(f, t, send, method, isz, start))
-            start += t.nbytes
+    def __init__(self, parts: Sequence[Part], peer: int, index: int = 0) -> None:
+        start = 0
+        for part in parts:
+            part.start = start
+            start += part.nbytes
         self.parts = tuple(parts)
         self.nbytes = start
-        t = transfers[0]
-        self.peer = t.dst if send else t.src
-        if len(parts) == 1:
-            self.mode = parts[0].mode
-        elif any(p.mode == "staged" for p in parts):
-            self.mode = "staged"
-        else:
-            self.mode = "struct"
+        self.peer, self.index = peer, index
+        self.mode = parts[0].mode if len(parts) == 1 else "staged"
         self.slot = -1  # byte offset in this rank's staging when mode == "staged"
         self.shared = False  # staged, and an earlier send packs the same elements into the same slot
+        self.tag = -1  # set by the executable (the first message: the agreement tags; the others: their own)
 
     @property
     def key(self) -> tuple:
@@ -143,22 +148,37 @@ class Message:
         return tuple((p.field, p.copies) for p in self.parts)
 
 
+def messages(transfers: Sequence[Transfer], send: bool, method: str, itemsizes: Sequence[int]) -> list[Message]:
+    """The messages of one pair of ranks, one transfer per field (this rank's side).
+
+    One field: one message. Several: every part of :data:`FUSE_MAX_BYTES` or more alone, the
+    smaller ones packed together first. Decided from the part sizes only, which both sides know
+    (never from a side's mode: a receiver's changes with its out= strides).
+    """
+    t = transfers[0]
+    peer = t.dst if send else t.src
+    parts = [Part(f, tr, send, method, isz, 0) for f, (tr, isz) in enumerate(zip(transfers, itemsizes))]
+    if len(parts) == 1:
+        return [Message(parts, peer)]
+    small = [p for p in parts if p.nbytes < FUSE_MAX_BYTES]
+    groups = ([small] if small else []) + [[p] for p in parts if p.nbytes >= FUSE_MAX_BYTES]
+    return [Message(g, peer, j) for j, g in enumerate(groups)]
+
+
 class Side:
     """The requests and views of one binding (an operand address, or an output address + strides)."""
 
-    __slots__ = ("copies", "dtypes", "requests", "staged_requests")
+    __slots__ = ("copies", "more_requests", "requests", "staged_requests")
 
     def __init__(self) -> None:
-        self.dtypes: list[Datatype] = []  # struct datatypes of this binding's addresses (several fields)
-        self.requests: list[Prequest] = []  # persistent requests straight on the bound buffer
+        self.requests: list[Prequest] = []  # receives: of each pair's first message (their tags are checked)
+        self.more_requests: list[Prequest] = []  # receives of a pair's further messages (several fields)  # persistent requests straight on the bound buffer
         # (dst_view, src_view) pack or unpack pairs through staging
         self.copies: list[tuple[np.ndarray, np.ndarray]] = []
         # per entry of ``copies`` (sends only): the staging requests that start once it is packed
         self.staged_requests: list[list[Prequest]] = []
 
     def free(self) -> None:
-        for r in self.requests:
+        for r in self.requests + self.more_requests:
             r.Free()
-        for d in self.dtypes:
-            d.Free()
-        self.requests, self.copies, self.staged_requests, self.dtypes = [], [], [], []
+        self.requests, self.more_requests, self.copies, self.staged_requests = [], [], [], []

@@ -1101,3 +1101,49 @@ def fields_of_other_strides(env):
         for it in range(2):
             right_fields(env, r.execute(), gs, f"{opts} iteration {it}")
         r.free()
+
+
+BIG = (48, 32, 24)  # a field's part to a peer is 32 KiB or more: its own message (host messages path)
+BIG_DTYPES = (np.float64, np.int8, np.complex128, np.float32)
+
+
+def big_fields(env, options):
+    got = [operand(env, dt, shape=BIG, salt=f) for f, dt in enumerate(BIG_DTYPES)]
+    r = Redistribute(tuple(a for a, _ in got), Slab.X, Slab.Y, options=options)
+    r.plan()
+    return r, [g for _, g in got]
+
+
+def right_big(env, res, gs, what):
+    for f, (x, g) in enumerate(zip(res, gs)):
+        env.check(same_bits(np.asarray(x), want(env, g, shape=BIG)), f"{what}, field {f}: wrong data")
+
+
+@case(OK)
+def fields_large_parts_every_host_method(env):
+    """Large parts go as messages of their own beside one packed message of the small ones: every
+    message method, strided out= on one field, alternating calls."""
+    from redist.engine.host import available_methods
+
+    for method in tuple(m for m in available_methods() if m != "alltoallw"):
+        r, gs = big_fields(env, {"host_method": method})
+        shape = want(env, gs[2], shape=BIG).shape
+        ghost = np.zeros(tuple(n + 2 for n in shape), BIG_DTYPES[2])
+        for it in range(3):
+            out = (None, None, ghost[1:-1, 1:-1, 1:-1], None) if it == 1 else None
+            right_big(env, r.execute(out=out), gs, f"{method} iteration {it}")
+        r.free()
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 3: out= has dtype float64, expected float32"))
+def fields_large_parts_bad_out_last(env):
+    """A failed call with several messages per pair leaves every message matched: the next call is right."""
+    r, gs = big_fields(env, {"host_method": "pack"})
+    res = r.execute()
+    outs = [np.empty_like(x) for x in res]
+    if env.is_last():
+        outs[3] = outs[3].astype(np.float64)
+    try:
+        r.execute(out=tuple(outs))
+    finally:
+        right_big(env, r.execute(), gs, "the call after the refused one")
