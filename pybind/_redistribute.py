@@ -432,6 +432,10 @@ class Redistribute(Generic[ArrayT]):
                 if msg is not None:
                     return self._out_failed(msg, field)
                 buf = op.buffer
+                for g, res in enumerate(self._exe.results):  # another field's engine-owned result: peers write it
+                    if g != field and buf.overlaps(res):
+                        return self._out_failed(f"out= overlaps field {g}'s engine-owned result (the exchange writes "
+                                                "it too)", field)
                 lo, hi = buf.address_range()
                 if len(self._out_checked) >= 8 * self._nfields:
                     self._out_checked.clear()
@@ -538,6 +542,11 @@ class Redistribute(Generic[ArrayT]):
         On CUDA this updates kernel-node parameters of the instantiated graph (no re-capture):
         with several fields one update per kernel for the whole tuple, or for one ``field=``.
         """
+        if field is not None and (not self._fields or self._state not in _HAS_OPERAND):
+            self._check_not_freed("reset_operand_unchecked")
+            self._field_index(field)  # one array: field= makes no sense
+            raise InvalidStateError("reset_operand_unchecked(field=...) needs every field bound: the operands were "
+                                    "released; pass a tuple of every field")
         if self._state in _PLANNED:
             if not self._fields:
                 ptr = self._pointer(operand)
@@ -663,6 +672,11 @@ def redistribute(operand: ArrayT, /, input_distribution: DistributionLike, outpu
     with :func:`redist.free_symmetric_memory` (collective), as with nvmath-python.
     """
     with Redistribute(operand, input_distribution, output_distribution, options=options, stream=stream) as r:
+        if r.nfields > 1 and r.memory_space == "cuda":  # the same everywhere (agreed at construction)
+            raise NotSupportedError(
+                "redistribute() of several fields on GPUs: their results share one symmetric allocation, which "
+                "free_symmetric_memory cannot free field by field; use Redistribute((...), ...) and its persistent "
+                "results")
         r.plan(stream=stream)
         result = r.execute(stream=stream, sync_symmetric_memory=sync_symmetric_memory)
         r._detach_result()  # free() below waits for the GPU work, then leaves the result to the caller

@@ -626,8 +626,9 @@ class HostExecutable:
         if p.local is not None:
             c = p.local.direct
             boxes = f" in {len(p.local.pieces)} boxes" if p.local.more else ""
-            fields = "" if self.nfields == 1 else f" per field ({self.nfields})"
-            lines.append(f"  local {p.rank}->{p.rank}: {p.local.nbytes} B numpy copy{boxes}{fields}, {c.runs} run(s) "
+            fields = "" if self.nfields == 1 else f" for {self.nfields} fields"
+            nbytes = sum(q.local.nbytes for q in self._fields)
+            lines.append(f"  local {p.rank}->{p.rank}: {nbytes} B numpy copy{boxes}{fields}, {c.runs} run(s) "
                          f"of {c.run_length} elem")
         how = {
             "direct": "direct ({} in place, one contiguous run)",

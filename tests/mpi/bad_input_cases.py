@@ -1147,3 +1147,33 @@ def fields_large_parts_bad_out_last(env):
         r.execute(out=tuple(outs))
     finally:
         right_big(env, r.execute(), gs, "the call after the refused one")
+
+
+@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= overlaps field 0's engine-owned result"))
+def fields_out_is_another_fields_result_last(env):
+    """Field 1 written into field 0's engine-owned result (which the exchange writes too): refused,
+    with every host method (push writes results first, then copies into out=)."""
+    ops, gs = fields(env, (np.float64, np.float64))
+    r = Redistribute(ops, Slab.X, Slab.Y)
+    r.plan()
+    res = r.execute()
+    r.execute(out=(None, res[0] if env.is_last() else None))
+
+
+@case((E.InvalidStateError, r"reset_operand_unchecked\(field=\.\.\.\) needs every field bound"))
+def fields_unchecked_field_after_release(env):
+    r, ops, gs = planned_fields(env)
+    r.release_operand()
+    r.reset_operand_unchecked(ops[1], field=1)
+
+
+@case((E.InvalidValueError, r"field= needs a Redistribute of several fields"))
+def field_given_for_one_array(env):
+    r, a, g = planned(env)
+    r.reset_operand_unchecked(a, field=0)
+
+
+@case(OK)
+def fields_function_form(env):
+    ops, gs = fields(env)
+    right_fields(env, redist.redistribute(ops, Slab.X, Slab.Y), gs, "redistribute((...))")
