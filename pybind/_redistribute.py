@@ -195,6 +195,7 @@ class Redistribute(Generic[ArrayT]):
         self._ctor_stream = ctor_stream
         self._result = None
         self._outs: list = [None] * len(ops)  # per field: the out= object bound now (None: the engine-owned result)
+        self._outs_bound = False  # some field has an out= bound (several fields)
         self._out_checked: dict = {}  # (id, field) -> (weak reference, Buffer) of out= objects checked before
         self._ptrs: dict = {}  # id -> (weak reference, address) of numpy operands rebound before
         # per field: the bytes it spans around its address, and the address
@@ -335,8 +336,11 @@ class Redistribute(Generic[ArrayT]):
                 raise InvalidStateError("Execution cannot be performed before plan() has been called.")
             problem = ("InvalidStateError", _RELEASED_MSG)
         if self._fields:
-            target, p = self._bind_outs(out)
-            problem = problem or p
+            if out is None and not self._outs_bound:  # the time loop's call: every field's own result
+                target = self._result
+            else:
+                target, p = self._bind_outs(out)
+                problem = problem or p
         elif out is None:
             if self._outs[0] is not None:
                 exe.bind_output(None)
@@ -402,6 +406,7 @@ class Redistribute(Generic[ArrayT]):
             hit = self._out_checked.get((id(o), f))
             if hit is not None:
                 ranges.append((f, hit[2], hit[3]))
+        self._outs_bound = any(o is not None for o in self._outs)
         for i, (f, lo, hi) in enumerate(ranges):  # two fields written into the same bytes
             for g, lo2, hi2 in ranges[i + 1:]:
                 if lo < hi2 and lo2 < hi and problem is None:
@@ -632,7 +637,7 @@ class Redistribute(Generic[ArrayT]):
         exe, self._exe = self._exe, None
         self._state = _State.FREED
         self._operand_obj = self._result = None
-        self._outs = [None] * self._nfields
+        self._outs, self._outs_bound = [None] * self._nfields, False
         self._out_checked, self._ptrs = {}, {}
         if self._serial is not None:
             _runtime._unregister(self._serial)
