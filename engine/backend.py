@@ -22,6 +22,7 @@ import importlib
 import logging
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -183,7 +184,7 @@ class Executable(Protocol):
     def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:
         """The hot path of ``reset_operand_unchecked``: a new address, nothing checked."""
 
-    def rebind_inputs(self, ptrs: Any, owners: Any) -> None:
+    def rebind_inputs(self, ptrs: Sequence[int], owners: Sequence[object]) -> None:
         """Every field's new address at once (sequences over the fields), nothing checked."""
 
     def bind_output(self, buf: Buffer | None, field: int = 0) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -87,7 +87,8 @@ class CudaExecutable:
                  relower: tuple | None = None, shared_result: int = 0) -> None:
         self.plan, self.rt, self.launch_list, self._logger = plan, rt, ll, logger
         self._fields = (plan if isinstance(plan, FusedPlan) else fuse([plan])).fields
-        self.nfields = nf = len(self._fields)
+        self.nfields: int = len(self._fields)
+        nf = self.nfields
         self.serial = serial
         self.blocking = bool(blocking)
         self._drv = rt.driver
@@ -267,7 +268,7 @@ class CudaExecutable:
                 launch.set_vec(self._pick(kern))
             launch.update()
 
-    def rebind_inputs(self, ptrs, owners) -> None:
+    def rebind_inputs(self, ptrs: Sequence[int] | dict[int, int], owners: Sequence[object] | dict[int, object]) -> None:
         """Several fields' operands at once (sequences over the fields, or {field: value} dicts):
         one node update per kernel that reads the operands."""
         if not isinstance(ptrs, dict):

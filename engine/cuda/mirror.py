@@ -10,6 +10,7 @@ executable's, so a rank with a problem copies nothing and every rank raises.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,12 +56,12 @@ class MirrorExecutable:
 
     # -- binding ---------------------------------------------------------------------------------
 
-    nfields = 1  # lower() refuses several fields
+    nfields: int = 1  # lower() refuses several fields
 
     def bind_input(self, buf: Buffer, field: int = 0) -> None:
         self.rebind_input(buf.ptr, buf.owner)
 
-    def rebind_inputs(self, ptrs, owners) -> None:
+    def rebind_inputs(self, ptrs: Sequence[int], owners: Sequence[object]) -> None:
         self.rebind_input(ptrs[0], owners[0])
 
     def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -128,7 +129,8 @@ class HostExecutable:
         fused = plan if isinstance(plan, FusedPlan) else fuse([plan])
         self._fields = fields = fused.fields
         plan = fields[0]  # what every field shares: ranks, boxes, peers
-        self.nfields = nf = len(fields)
+        self.nfields: int = len(fields)
+        nf = self.nfields
         self.method = method
         self.comm = comm  # the context's communicator (not owned)
         self._logger = logger
@@ -226,7 +228,7 @@ class HostExecutable:
             self._bound = True
             self._ready = False
 
-    def rebind_inputs(self, ptrs, owners) -> None:
+    def rebind_inputs(self, ptrs: Sequence[int], owners: Sequence[object]) -> None:
         """Every field's operand at once (the fields' order)."""
         for f, (ptr, owner) in enumerate(zip(ptrs, owners)):
             self.rebind_input(ptr, owner, f)

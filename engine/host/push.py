@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -68,7 +69,7 @@ class PushExecutable:
         self._MPI = MPI
         self.plan = plan
         self._fields = fields = (plan if isinstance(plan, FusedPlan) else fuse([plan])).fields
-        self.nfields = len(fields)
+        self.nfields: int = len(fields)
         plan = fields[0]
         self.comm = ctx.comm
         self._ctx = ctx
@@ -133,7 +134,7 @@ class PushExecutable:
             self._bound = True
             self._pairs = None
 
-    def rebind_inputs(self, ptrs, owners) -> None:
+    def rebind_inputs(self, ptrs: Sequence[int], owners: Sequence[object]) -> None:
         for f, (ptr, owner) in enumerate(zip(ptrs, owners)):
             self.rebind_input(ptr, owner, f)
 
