@@ -111,36 +111,53 @@ __device__ __forceinline__ int redist_find_segment(const Seg* __restrict__ table
     return lo;
 }
 
+// The shared memory of every tile routine: one dynamic buffer, as large as the largest tile (64 x
+// 65 8-byte elements, kernels.TILE_SHARED_BYTES), given only to launches that have transposing
+// segments (launch_list.KernelStep.shared_bytes): a static one would cost every copy kernel
+// occupancy, and two routines with buffers of their own would pass 48 KiB.
+#define REDIST_TILE_SHARED_BYTES (64 * 65 * 8)
+__device__ __forceinline__ char* redist_tile_memory() {
+    extern __shared__ __align__(16) char redist_dynamic_shared[];
+    return redist_dynamic_shared;
+}
+
 // tile edge: 64 elements (runs of 64 elements per row on both sides), 32 for 16-byte elements
 // (a 64 x 65 tile of them would pass the 48 KiB of static shared memory)
 template <int V> struct TileEdge { static constexpr u32 value = V >= 16 ? 32 : 64; };
 
-// A transposing segment (one-element rows of V bytes; the innermost dimension contiguous on the
-// destination side, dimension tile_a on the source side): square tiles through shared memory,
-// read along tile_a and written along the innermost dimension, so both sides are coalesced. The
-// block's 256 threads are TILE x (256 / TILE); tiles are dealt to the segment's blocks round-robin.
-template <int V, int NOUT>
-__device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, u32 b, u64 src0, u64 dst0) {
-    typedef typename VecT<V>::T T;
-    constexpr u32 REDIST_TILE = TileEdge<V>::value;
-    __shared__ T tile[REDIST_TILE][REDIST_TILE + 1];
-    const int ka = (int)sg->tile_a, kb = REDIST_MAXD - 1;
-    const u32 na = sg->ext[ka], nb = sg->ext[kb];
-    // tile indices stay below 2^31 (so do the segment's units), so 32-bit magic divisions serve
-    const u32 ta = (na + REDIST_TILE - 1) / REDIST_TILE, tb = (nb + REDIST_TILE - 1) / REDIST_TILE;
-    u32 ntiles = ta * tb;
+// The walk of a transposing segment's square tiles (edge TILE) over dimension tile_a and the
+// innermost one, times every index of the others: how many there are, and where tile t starts
+// (its element offsets on both sides, and its first a and b). Tile indices stay below 2^31 (so do
+// the segment's units), so 32-bit magic divisions serve.
+template <int NOUT, u32 TILE>
+struct TileWalk {
+    int ka;
+    u32 na, nb, ta, tb, ntiles;
+    i64 sa, sb, da, db;  // byte strides of a (tile_a) and b (the innermost dimension), both sides
+
+    __device__ __forceinline__ explicit TileWalk(const Seg* __restrict__ sg) : ka((int)sg->tile_a) {
+        na = sg->ext[ka];
+        nb = sg->ext[REDIST_MAXD - 1];
+        sa = sg->sstride[ka];
+        sb = sg->sstride[REDIST_MAXD - 1];
+        da = sg->dstride[ka];
+        db = sg->dstride[REDIST_MAXD - 1];
+        ta = (na + TILE - 1) / TILE;
+        tb = (nb + TILE - 1) / TILE;
+        ntiles = ta * tb;
 #pragma unroll
-    for (int k = REDIST_MAXD - NOUT; k < REDIST_MAXD - 1; ++k)
-        if (k != ka) ntiles *= sg->ext[k];
-    const i64 sa = sg->sstride[ka], sb = sg->sstride[kb], da = sg->dstride[ka], db = sg->dstride[kb];
-    const u32 tx = threadIdx.x % REDIST_TILE, ty = threadIdx.x / REDIST_TILE;
-    for (u32 t = b - sg->blk_begin; t < ntiles; t += sg->blk_count) {
+        for (int k = REDIST_MAXD - NOUT; k < REDIST_MAXD - 1; ++k)
+            if (k != ka) ntiles *= sg->ext[k];
+    }
+
+    __device__ __forceinline__ void at(const Seg* __restrict__ sg, u32 t, i64& so, i64& dso, u32& a0, u32& b0) const {
         u32 r = t / tb;
         const u32 jb = t - r * tb;
         const u32 q = r / ta;
         const u32 ja = r - q * ta;
         r = q;
-        i64 so = 0, dso = 0;
+        so = 0;
+        dso = 0;
 #pragma unroll
         for (int k = REDIST_MAXD - 2; k >= REDIST_MAXD - NOUT; --k) {
             if (k == ka) continue;
@@ -150,7 +167,28 @@ __device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, 
             so += (i64)idx * sg->sstride[k];
             dso += (i64)idx * sg->dstride[k];
         }
-        const u32 a0 = ja * REDIST_TILE, b0 = jb * REDIST_TILE;
+        a0 = ja * TILE;
+        b0 = jb * TILE;
+    }
+};
+
+// A transposing segment (one-element rows of V bytes; the innermost dimension contiguous on the
+// destination side, dimension tile_a on the source side): square tiles through shared memory,
+// read along tile_a and written along the innermost dimension, so both sides are coalesced. The
+// block's 256 threads are TILE x (256 / TILE); tiles are dealt to the segment's blocks round-robin.
+template <int V, int NOUT>
+__device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, u32 b, u64 src0, u64 dst0) {
+    typedef typename VecT<V>::T T;
+    constexpr u32 REDIST_TILE = TileEdge<V>::value;
+    static_assert(sizeof(T) * REDIST_TILE * (REDIST_TILE + 1) <= REDIST_TILE_SHARED_BYTES, "the tile must fit");
+    T (*tile)[REDIST_TILE + 1] = reinterpret_cast<T (*)[REDIST_TILE + 1]>(redist_tile_memory());
+    const TileWalk<NOUT, REDIST_TILE> walk(sg);
+    const u32 na = walk.na, nb = walk.nb, tx = threadIdx.x % REDIST_TILE, ty = threadIdx.x / REDIST_TILE;
+    const i64 sa = walk.sa, sb = walk.sb, da = walk.da, db = walk.db;
+    for (u32 t = b - sg->blk_begin; t < walk.ntiles; t += sg->blk_count) {
+        i64 so, dso;
+        u32 a0, b0;
+        walk.at(sg, t, so, dso, a0, b0);
 #pragma unroll
         for (u32 k = 0; k < REDIST_TILE / (REDIST_BLOCK / REDIST_TILE); ++k) {  // read: a varies across the warp
             const u32 i = ty + k * (REDIST_BLOCK / REDIST_TILE);
@@ -163,6 +201,55 @@ __device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, 
             const u32 i = ty + k * (REDIST_BLOCK / REDIST_TILE);
             const u32 ai = a0 + i, bi = b0 + tx;
             if (ai < na && bi < nb) *reinterpret_cast<T*>(dst0 + dso + (i64)ai * da + (i64)bi * db) = tile[tx][i];
+        }
+        __syncthreads();
+    }
+}
+
+// A transposing segment of 8-byte elements moved with 16-byte accesses: each thread reads a pair of
+// neighbours along tile_a (contiguous on the source side) and writes a pair along the innermost
+// dimension (contiguous on the destination side), through the same 64 x 64 tile of elements. The
+// launch's vector rule (launch_list.Segment.max_vec) guarantees 16-byte alignment of every pair
+// start; an odd edge element goes alone.
+template <int NOUT>
+__device__ __forceinline__ void redist_tile_pairs(const Seg* __restrict__ sg, u32 b, u64 src0, u64 dst0) {
+    typedef uint2 E;
+    constexpr u32 TILE = 64, HALF = TILE / 2, ROWS = REDIST_BLOCK / HALF;  // 32 pairs x 8 rows
+    E (*tile)[TILE + 1] = reinterpret_cast<E (*)[TILE + 1]>(redist_tile_memory());
+    const TileWalk<NOUT, TILE> w(sg);
+    const u32 tx = threadIdx.x % HALF, ty = threadIdx.x / HALF;
+    for (u32 t = b - sg->blk_begin; t < w.ntiles; t += sg->blk_count) {
+        i64 so, dso;
+        u32 a0, b0;
+        w.at(sg, t, so, dso, a0, b0);
+#pragma unroll
+        for (u32 k = 0; k < TILE / ROWS; ++k) {  // read: pairs along a across the warp
+            const u32 i = ty + k * ROWS, ai = a0 + 2 * tx, bi = b0 + i;
+            if (bi < w.nb && ai < w.na) {
+                const char* p = reinterpret_cast<const char*>(src0 + so + (i64)ai * w.sa + (i64)bi * w.sb);
+                if (ai + 1 < w.na) {
+                    const uint4 v = *reinterpret_cast<const uint4*>(p);
+                    tile[i][2 * tx] = make_uint2(v.x, v.y);
+                    tile[i][2 * tx + 1] = make_uint2(v.z, v.w);
+                } else {
+                    tile[i][2 * tx] = *reinterpret_cast<const E*>(p);
+                }
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (u32 k = 0; k < TILE / ROWS; ++k) {  // write: pairs along b across the warp
+            const u32 i = ty + k * ROWS, ai = a0 + i, bi = b0 + 2 * tx;
+            if (ai < w.na && bi < w.nb) {
+                char* p = reinterpret_cast<char*>(dst0 + dso + (i64)ai * w.da + (i64)bi * w.db);
+                const E lo = tile[2 * tx][i];
+                if (bi + 1 < w.nb) {
+                    const E hi = tile[2 * tx + 1][i];
+                    *reinterpret_cast<uint4*>(p) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+                } else {
+                    *reinterpret_cast<E*>(p) = lo;
+                }
+            }
         }
         __syncthreads();
     }
@@ -185,7 +272,14 @@ __device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, 
             redist_tile_segment<V, NOUT>(sg, b, src0, dst0);
             return;
         }
+        if (V == 16 && sg->tile_a != REDIST_NONE && sg->row_bytes == 8) {  // 8-byte elements in pairs
+            redist_tile_pairs<NOUT>(sg, b, src0, dst0);
+            return;
+        }
     }
+    if constexpr (RUN_BYTES != 0 && RUN_BYTES < V) {
+        return;  // only pairs of 8-byte transposing rows run at V = 16 in a family of 8-byte rows
+    } else {
     const u64 units = sg->bytes >> LOGV;
     u32 ru, rmul = 0, rshr = 0;
     if (RUN_BYTES != 0) {
@@ -250,6 +344,7 @@ __device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, 
         for (int i = 0; i < REDIST_ILP; ++i) {
             if (d[i]) *d[i] = v[i];
         }
+    }
     }
 }
 

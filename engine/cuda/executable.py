@@ -152,7 +152,8 @@ class CudaExecutable:
                 rt.htod(tptr, table)
                 widths = {v: f for v, f in funcs[k.name].items() if v <= k.vmax}
                 protocol = self._protocol(k) if k.kind != "plain" else ()
-                kern = _Kernel(k, KernelLaunch(self._drv, widths, k.grid, K.BLOCK, tptr, len(k.segments), protocol),
+                kern = _Kernel(k, KernelLaunch(self._drv, widths, k.grid, K.BLOCK, tptr, len(k.segments), protocol,
+                                               k.shared_bytes),
                                tptr)
                 self._kernels[k.name] = kern
                 kern.launch.set_vec(self._pick(kern))

@@ -166,7 +166,7 @@ class KernelLaunch:
     """
 
     def __init__(self, drv: Driver, funcs: dict[int, int], grid: int, block: int, table_ptr: int, nsegs: int,
-                 protocol: tuple[int, ...] = ()) -> None:
+                 protocol: tuple[int, ...] = (), shared_bytes: int = 0) -> None:
         self.drv = drv
         self.funcs: dict[int, int] = dict(funcs)  # vector width -> CUfunction (int)
         self.vec: int = max(self.funcs)
@@ -189,7 +189,7 @@ class KernelLaunch:
         p.func = self.funcs[self.vec]
         p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
         p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
-        p.sharedMemBytes = 0
+        p.sharedMemBytes = shared_bytes  # the tile buffer of transposing segments (dynamic)
         self._argv_addr = ctypes.addressof(self._argv)
         p.kernelParams = self._argv_addr
         p.extra = None
@@ -217,7 +217,7 @@ class KernelLaunch:
     def launch(self, stream: int) -> None:
         p = self.params
         rc = self.drv.cuLaunchKernel(
-            p.func, p.gridDimX, 1, 1, p.blockDimX, 1, 1, 0, stream, self._argv_addr, None
+            p.func, p.gridDimX, 1, 1, p.blockDimX, 1, 1, p.sharedMemBytes, stream, self._argv_addr, None
         )
         if rc:
             raise CudaError(

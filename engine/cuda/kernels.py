@@ -50,6 +50,8 @@ __all__ = [
 
 MAXD = 8  # outer dimensions a segment may have (REDIST_MAXD)
 MAXF = 8  # fields one launch may move (REDIST_MAXF: the kernel's Bases argument)
+#: dynamic shared memory of a launch with transposing segments (REDIST_TILE_SHARED_BYTES: 64 x 65 8-byte elements)
+TILE_SHARED_BYTES = 64 * 65 * 8
 BLOCK = 256  # threads per block (REDIST_BLOCK)
 ILP = 1  # vectors per thread per chunk (REDIST_ILP; 1 measured best with a full grid, perf/RESULTS.md)
 VEC_WIDTHS = (16, 8, 4, 2, 1)
@@ -121,8 +123,9 @@ def kernel_name(run_bytes: int, nout: int, vec: int, kind: str = "plain") -> str
 
 
 def family_widths(run_bytes: int) -> tuple[int, ...]:
-    """Vector widths a family is compiled for: all of them, or those dividing the fixed run length."""
-    return tuple(v for v in VEC_WIDTHS if run_bytes == 0 or run_bytes % v == 0)
+    """Vector widths a family is compiled for: all of them, or those dividing the fixed run length
+    (and 16 for rows of 8 bytes: transposed 8-byte elements moved in pairs, see copy.cu)."""
+    return tuple(v for v in VEC_WIDTHS if run_bytes == 0 or run_bytes % v == 0 or (run_bytes, v) == (8, 16))
 
 
 @functools.cache
@@ -253,8 +256,10 @@ def tile_count(outer, ta: int, row_bytes: int) -> int:
     return rest * ceil_div(outer[ta], edge) * ceil_div(outer[-1], edge)
 
 
-def _emulate_tiles(sg, b0: int, nb: int, nout: int, src0: int, dst0: int, vec: int) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) addresses of a transposing segment, tile by tile as copy.cu's redist_tile_segment walks it."""
+def _emulate_tiles(sg, b0: int, nb: int, nout: int, src0: int, dst0: int, vec: int,
+                   pairs: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) element addresses of a transposing segment, tile by tile as copy.cu's
+    redist_tile_segment walks it (``pairs``: redist_tile_pairs, whose 16-byte pair starts must be aligned)."""
     ka, kb = int(sg["tile_a"]), MAXD - 1
     na, nb_ = int(sg["ext"][ka]), int(sg["ext"][kb])
     TILE = tile_edge(vec)
@@ -282,6 +287,10 @@ def _emulate_tiles(sg, b0: int, nb: int, nout: int, src0: int, dst0: int, vec: i
     ok = (a < na) & (b < nb_)
     src = src0 + so[:, None, None] + a * int(sg["sstride"][ka]) + b * int(sg["sstride"][kb])
     dst = dst0 + do[:, None, None] + a * int(sg["dstride"][ka]) + b * int(sg["dstride"][kb])
+    if pairs:  # a pair is read at an even a (its neighbour inside the box), written at an even b
+        read = ok & (a % 2 == 0) & (a + 1 < na)
+        write = ok & (b % 2 == 0) & (b + 1 < nb_)
+        assert not (src[read] % 16).any() and not (dst[write] % 16).any(), "misaligned 16-byte pair"
     return src[ok].astype(np.uint64), dst[ok].astype(np.uint64)
 
 
@@ -328,15 +337,16 @@ def emulate(
         src0 = (int(sg["src"]) + (in_bases[f] & mask)) & ALL_ONES
         dst0 = (int(sg["dst"]) + (out_deltas[f] & int(sg["dst_mask"]))) & ALL_ONES
         nbytes = int(sg["bytes"])
+        rb = int(sg["row_bytes"])
+        if nout >= 2 and int(sg["tile_a"]) != NO_PEER and (rb == vec or (rb, vec) == (8, 16)):
+            src, dst = _emulate_tiles(sg, b0, nb, nout, src0, dst0, rb, pairs=vec != rb)
+            assert len(src) * rb == nbytes, "the tiles do not cover the segment"
+            store(dst, load(src, rb))
+            continue
         assert nbytes % vec == 0
         units = nbytes >> lv
         assert units < (1 << 31)
         if units == 0:
-            continue
-        if nout >= 2 and int(sg["tile_a"]) != NO_PEER and int(sg["row_bytes"]) == vec:
-            src, dst = _emulate_tiles(sg, b0, nb, nout, src0, dst0, vec)
-            assert len(src) == units, "the tiles do not cover the segment"
-            store(dst, load(src, vec))
             continue
         g = np.arange(units, dtype=np.uint64)
         rb = int(sg["row_bytes"])

@@ -81,6 +81,9 @@ class Segment:
         return len(self.outer)
 
     def max_vec(self) -> int:
+        if self.tile_a is not None and self.row_bytes == 8:  # transposed 8-byte elements: in 16-byte pairs
+            rest = [s for k, s in enumerate(self.sstride) if k != self.tile_a] + list(self.dstride[:-1])
+            return min([16] + [align_of(q) for q in (self.src_offset, self.dst_offset, *rest)])
         v = 16
         for q in (self.row_bytes, self.src_offset, self.dst_offset, *self.sstride, *self.dstride):
             v = min(v, align_of(q))
@@ -118,6 +121,11 @@ class KernelStep:
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.segments)
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory of the launch: the tile buffer when some segment transposes."""
+        return K.TILE_SHARED_BYTES if any(s.tile_a is not None for s in self.segments) else 0
 
     @property
     def family(self) -> tuple[int, int]:
