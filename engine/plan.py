@@ -405,30 +405,19 @@ def make_plan(
     # Bytes between every (src, dst) pair: the staging layout of every rank depends on it.
     vol = counts * itemsize
     np.fill_diagonal(vol, 0)
-    slot = -(-vol // STAGING_ALIGN) * STAGING_ALIGN  # aligned slot sizes
-    # recv staging of d: slots ordered by source rank => start of s's slot = sum of earlier slots
-    recv_starts = np.cumsum(slot, axis=0) - slot
-    send_totals = slot.sum(axis=1)
-    recv_totals = slot.sum(axis=0)
 
     local = None
     mine = parts(rank, rank)
     if mine:
         local = transfer(rank, rank, mine)
-    sends, send_offsets, remote_offsets = [], [], []
-    recvs, recv_offsets = [], []
-    off = 0
+    sends, recvs = [], []
     for k in range(1, nranks):
         d = (rank + k) % nranks
         if vol[rank, d]:
             sends.append(transfer(rank, d, parts(rank, d)))
-            send_offsets.append(off)
-            remote_offsets.append(int(recv_starts[rank, d]))
-            off += int(slot[rank, d])
         s = (rank - k) % nranks
         if vol[s, rank]:
             recvs.append(transfer(s, rank, parts(s, rank)))
-            recv_offsets.append(int(recv_starts[s, rank]))
 
     key = plan_key(rank, nranks, itemsize, out_order, in_boxes, out_boxes, tuple(strides))
     return Plan(
@@ -447,14 +436,8 @@ def make_plan(
         local=local,
         sends=tuple(sends),
         recvs=tuple(recvs),
-        send_offsets=tuple(send_offsets),
-        recv_offsets=tuple(recv_offsets),
-        remote_offsets=tuple(remote_offsets),
-        send_staging_bytes=int(send_totals[rank]),
-        recv_staging_bytes=int(recv_totals[rank]),
-        max_send_staging_bytes=int(send_totals.max()) if nranks else 0,
-        max_recv_staging_bytes=int(recv_totals.max()) if nranks else 0,
         key=key,
+        **_staging(_aligned(vol), rank, sends, recvs),
     )
 
 
@@ -551,8 +534,28 @@ class FusedPlan:
         return "\n".join(lines)
 
 
-def _aligned(n) -> np.ndarray | int:
+def _aligned(n) -> np.ndarray:
     return -(-n // STAGING_ALIGN) * STAGING_ALIGN
+
+
+def _staging(slot: np.ndarray, rank: int, sends: Sequence[Transfer], recvs: Sequence[Transfer]) -> dict[str, object]:
+    """Rank ``rank``'s staging layout from every pair's slot size ``slot[s, d]`` (bytes, aligned):
+    its send slots one after another in the order of ``sends``; a rank's receive staging holds
+    one slot per source, ordered by source rank, so the start of s's slot in d's is the sum of
+    the earlier ones (what ``remote_offsets`` tells the sender). The fields of :class:`Plan`
+    and :class:`FusedPlan` that describe it."""
+    recv_starts = np.cumsum(slot, axis=0) - slot
+    sizes = [int(slot[rank, t.dst]) for t in sends]
+    send_totals, recv_totals = slot.sum(axis=1), slot.sum(axis=0)
+    return dict(
+        send_offsets=tuple(int(x) for x in np.cumsum([0] + sizes)[:-1]),
+        recv_offsets=tuple(int(recv_starts[t.src, rank]) for t in recvs),
+        remote_offsets=tuple(int(recv_starts[rank, t.dst]) for t in sends),
+        send_staging_bytes=int(send_totals[rank]),
+        recv_staging_bytes=int(recv_totals[rank]),
+        max_send_staging_bytes=int(send_totals.max()) if slot.size else 0,
+        max_recv_staging_bytes=int(recv_totals.max()) if slot.size else 0,
+    )
 
 
 def fuse(plans: Sequence[Plan]) -> FusedPlan:
@@ -573,26 +576,12 @@ def fuse(plans: Sequence[Plan]) -> FusedPlan:
     counts, _ = geo.sources(first.in_boxes, first.out_boxes)
     np.fill_diagonal(counts, 0)
     parts = [_aligned(counts * p.itemsize) for p in plans]  # per field, per pair: the aligned part
-    slot = sum(parts)
     starts = np.cumsum(parts, axis=0) - parts  # per field, per pair: where its part starts in the slot
-    recv_starts = np.cumsum(slot, axis=0) - slot
     me = first.rank
-    send_offsets, remote_offsets, off = [], [], 0
-    for t in first.sends:
-        send_offsets.append(off)
-        remote_offsets.append(int(recv_starts[me, t.dst]))
-        off += int(slot[me, t.dst])
-    send_totals, recv_totals = slot.sum(axis=1), slot.sum(axis=0)
     return FusedPlan(
         fields=plans,
-        send_offsets=tuple(send_offsets),
-        recv_offsets=tuple(int(recv_starts[t.src, me]) for t in first.recvs),
-        remote_offsets=tuple(remote_offsets),
         send_parts=tuple(tuple(int(starts[f][me, t.dst]) for f in range(len(plans))) for t in first.sends),
         recv_parts=tuple(tuple(int(starts[f][t.src, me]) for f in range(len(plans))) for t in first.recvs),
-        send_staging_bytes=int(send_totals[me]),
-        recv_staging_bytes=int(recv_totals[me]),
-        max_send_staging_bytes=int(send_totals.max()),
-        max_recv_staging_bytes=int(recv_totals.max()),
         key=plan_key("fused", *(p.key for p in plans)),
+        **_staging(sum(parts), me, first.sends, first.recvs),
     )

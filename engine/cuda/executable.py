@@ -252,45 +252,31 @@ class CudaExecutable:
             return
         self._in_owners[field] = owner
         self._bound = not self._freed
-        if ptr == self._in_ptrs[field]:
-            return
-        self._in_ptrs[field] = ptr
-        a = ptr & -ptr if ptr else 16
-        if a > 16:
-            a = 16
-        self._in_aligns[field] = a
-        if self.nfields > 1:
-            a = min(self._in_aligns)
-        for kern in self._in_kernels:
-            launch = kern.launch
-            launch.a_bases[field] = ptr
-            if a != kern.in_align:
-                kern.in_align = a
-                launch.set_vec(self._pick(kern))
-            launch.update()
+        if ptr != self._in_ptrs[field]:
+            self._set_inputs(((field, ptr),))
 
-    def rebind_inputs(self, ptrs: Sequence[int] | dict[int, int], owners: Sequence[object] | dict[int, object]) -> None:
-        """Several fields' operands at once (sequences over the fields, or {field: value} dicts):
-        one node update per kernel that reads the operands."""
-        if not isinstance(ptrs, dict):
-            ptrs, owners = dict(enumerate(ptrs)), dict(enumerate(owners))
-        if self._active is not self:  # a layout variant runs: only its nodes change (this one's on a switch back)
+    def rebind_inputs(self, ptrs: Sequence[int], owners: Sequence[object]) -> None:
+        """Every field's operand at once: one node update per kernel that reads the operands."""
+        if self._active is not self:
             self._active.rebind_inputs(ptrs, owners)
             self._bound = not self._freed
             return
-        for f, owner in owners.items():
-            self._in_owners[f] = owner
+        self._in_owners = list(owners)
         self._bound = not self._freed
-        changed = {f: ptr for f, ptr in ptrs.items() if ptr != self._in_ptrs[f]}
-        if not changed:
-            return
-        for f, ptr in changed.items():
+        changed = [(f, ptr) for f, ptr in enumerate(ptrs) if ptr != self._in_ptrs[f]]
+        if changed:
+            self._set_inputs(changed)
+
+    def _set_inputs(self, changed) -> None:
+        """New operand addresses ``(field, address)`` in every kernel that reads them (vector width
+        follows the narrowest alignment), one node update per kernel."""
+        for f, ptr in changed:
             self._in_ptrs[f] = ptr
             self._in_aligns[f] = min(ptr & -ptr, 16) if ptr else 16
         a = min(self._in_aligns)
         for kern in self._in_kernels:
             launch = kern.launch
-            for f, ptr in changed.items():
+            for f, ptr in changed:
                 launch.set_in(f, ptr)
             if a != kern.in_align:
                 kern.in_align = a

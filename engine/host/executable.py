@@ -237,7 +237,10 @@ class HostExecutable:
         """Write field ``field`` into ``buf`` (any strides; None: the engine-owned result) from the next execute on."""
         buf = self.results[field] if buf is None else buf
         self._outs[field] = buf
-        key = (tuple(b.ptr for b in self._outs), tuple(b.strides for b in self._outs))
+        if self.nfields == 1:  # the double-buffered out= of a time loop: no generator per call
+            key = ((buf.ptr,), (buf.strides,))
+        else:
+            key = (tuple(b.ptr for b in self._outs), tuple(b.strides for b in self._outs))
         if key != self._out_key:
             self._out_key = key
             self._ready = False
