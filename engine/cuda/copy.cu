@@ -206,16 +206,19 @@ __device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, 
     }
 }
 
-// A transposing segment of 8-byte elements moved with 16-byte accesses: each thread reads a pair of
-// neighbours along tile_a (contiguous on the source side) and writes a pair along the innermost
-// dimension (contiguous on the destination side), through the same 64 x 64 tile of elements. The
-// launch's vector rule (launch_list.Segment.max_vec) guarantees 16-byte alignment of every pair
-// start; an odd edge element goes alone.
+// A transposing segment of 8-byte elements moved with 16-byte accesses on both sides, through a
+// 64 x 64 tile of elements: each thread reads two pairs of neighbours along tile_a (contiguous on
+// the source side), at b and b + 1, transposes that 2 x 2 block in registers and stores it as two
+// 16-byte entries, each a pair along the innermost dimension (contiguous on the destination side),
+// which the write phase stores as they are. Entry bp of tile row a sits at column bp ^ ((a >> 1) & 7),
+// so the stores (rows 2 apart across the warp) and the loads (one row) of shared memory are free of
+// bank conflicts. The launch's vector rule (launch_list.Segment.max_vec) guarantees 16-byte
+// alignment of every pair start; an odd edge element goes alone.
 template <int NOUT>
 __device__ __forceinline__ void redist_tile_pairs(const Seg* __restrict__ sg, u32 b, u64 src0, u64 dst0) {
-    typedef uint2 E;
     constexpr u32 TILE = 64, HALF = TILE / 2, ROWS = REDIST_BLOCK / HALF;  // 32 pairs x 8 rows
-    E (*tile)[TILE + 1] = reinterpret_cast<E (*)[TILE + 1]>(redist_tile_memory());
+    static_assert(sizeof(uint4) * TILE * HALF <= REDIST_TILE_SHARED_BYTES, "the tile must fit");
+    uint4 (*tile)[HALF] = reinterpret_cast<uint4 (*)[HALF]>(redist_tile_memory());
     const TileWalk<NOUT, TILE> w(sg);
     const u32 tx = threadIdx.x % HALF, ty = threadIdx.x / HALF;
     for (u32 t = b - sg->blk_begin; t < w.ntiles; t += sg->blk_count) {
@@ -223,32 +226,37 @@ __device__ __forceinline__ void redist_tile_pairs(const Seg* __restrict__ sg, u3
         u32 a0, b0;
         w.at(sg, t, so, dso, a0, b0);
 #pragma unroll
-        for (u32 k = 0; k < TILE / ROWS; ++k) {  // read: pairs along a across the warp
-            const u32 i = ty + k * ROWS, ai = a0 + 2 * tx, bi = b0 + i;
-            if (bi < w.nb && ai < w.na) {
+        for (u32 k = 0; k < HALF / ROWS; ++k) {  // read: pairs along a across the warp, rows b and b + 1
+            const u32 bp = ty + k * ROWS, ai = a0 + 2 * tx, bi = b0 + 2 * bp;
+            if (ai < w.na && bi < w.nb) {
                 const char* p = reinterpret_cast<const char*>(src0 + so + (i64)ai * w.sa + (i64)bi * w.sb);
+                const bool two_b = bi + 1 < w.nb;
+                uint4 v0, v1 = make_uint4(0, 0, 0, 0);
                 if (ai + 1 < w.na) {
-                    const uint4 v = *reinterpret_cast<const uint4*>(p);
-                    tile[i][2 * tx] = make_uint2(v.x, v.y);
-                    tile[i][2 * tx + 1] = make_uint2(v.z, v.w);
+                    v0 = *reinterpret_cast<const uint4*>(p);
+                    if (two_b) v1 = *reinterpret_cast<const uint4*>(p + w.sb);
                 } else {
-                    tile[i][2 * tx] = *reinterpret_cast<const E*>(p);
+                    const uint2 x = *reinterpret_cast<const uint2*>(p);
+                    v0 = make_uint4(x.x, x.y, 0, 0);
+                    if (two_b) {
+                        const uint2 y = *reinterpret_cast<const uint2*>(p + w.sb);
+                        v1 = make_uint4(y.x, y.y, 0, 0);
+                    }
                 }
+                const u32 col = bp ^ (tx & 7);  // rows 2 tx and 2 tx + 1 share the swizzle
+                tile[2 * tx][col] = make_uint4(v0.x, v0.y, v1.x, v1.y);
+                tile[2 * tx + 1][col] = make_uint4(v0.z, v0.w, v1.z, v1.w);
             }
         }
         __syncthreads();
 #pragma unroll
         for (u32 k = 0; k < TILE / ROWS; ++k) {  // write: pairs along b across the warp
-            const u32 i = ty + k * ROWS, ai = a0 + i, bi = b0 + 2 * tx;
+            const u32 a = ty + k * ROWS, ai = a0 + a, bi = b0 + 2 * tx;
             if (ai < w.na && bi < w.nb) {
+                const uint4 v = tile[a][tx ^ ((a >> 1) & 7)];
                 char* p = reinterpret_cast<char*>(dst0 + dso + (i64)ai * w.da + (i64)bi * w.db);
-                const E lo = tile[2 * tx][i];
-                if (bi + 1 < w.nb) {
-                    const E hi = tile[2 * tx + 1][i];
-                    *reinterpret_cast<uint4*>(p) = make_uint4(lo.x, lo.y, hi.x, hi.y);
-                } else {
-                    *reinterpret_cast<E*>(p) = lo;
-                }
+                if (bi + 1 < w.nb) *reinterpret_cast<uint4*>(p) = v;
+                else *reinterpret_cast<uint2*>(p) = make_uint2(v.x, v.y);
             }
         }
         __syncthreads();
