@@ -206,57 +206,78 @@ __device__ __forceinline__ void redist_tile_segment(const Seg* __restrict__ sg, 
     }
 }
 
-// A transposing segment of 8-byte elements moved with 16-byte accesses on both sides, through a
-// 64 x 64 tile of elements: each thread reads two pairs of neighbours along tile_a (contiguous on
-// the source side), at b and b + 1, transposes that 2 x 2 block in registers and stores it as two
-// 16-byte entries, each a pair along the innermost dimension (contiguous on the destination side),
-// which the write phase stores as they are. Entry bp of tile row a sits at column bp ^ ((a >> 1) & 7),
-// so the stores (rows 2 apart across the warp) and the loads (one row) of shared memory are free of
-// bank conflicts. The launch's vector rule (launch_list.Segment.max_vec) guarantees 16-byte
-// alignment of every pair start; an odd edge element goes alone.
-template <int NOUT>
-__device__ __forceinline__ void redist_tile_pairs(const Seg* __restrict__ sg, u32 b, u64 src0, u64 dst0) {
-    constexpr u32 TILE = 64, HALF = TILE / 2, ROWS = REDIST_BLOCK / HALF;  // 32 pairs x 8 rows
-    static_assert(sizeof(uint4) * TILE * HALF <= REDIST_TILE_SHARED_BYTES, "the tile must fit");
-    uint4 (*tile)[HALF] = reinterpret_cast<uint4 (*)[HALF]>(redist_tile_memory());
+// A transposing segment of E-byte elements (E = 4 or 8) moved with 16-byte accesses on both sides,
+// in groups of G = 16 / E neighbours, through a 64 x 64 tile of elements: each thread reads G groups
+// along tile_a (contiguous on the source side) at rows b ... b + G - 1, transposes that G x G block
+// in registers and stores it as G 16-byte entries, each a group along the innermost dimension
+// (contiguous on the destination side), which the write phase stores as they are. Entry bg of tile
+// row a sits at column bg ^ ((a / G) & 7), so the stores (rows G apart across the warp) and the loads
+// (one row) of shared memory are free of bank conflicts. The launch's vector rule
+// (launch_list.Segment.max_vec) guarantees 16-byte alignment of every group start; the elements of
+// a partial group at an edge go word by word.
+template <u32 E, int NOUT>
+__device__ __forceinline__ void redist_tile_groups(const Seg* __restrict__ sg, u32 b, u64 src0, u64 dst0) {
+    constexpr u32 TILE = 64, G = 16 / E, W = E / 4, GROUPS = TILE / G, ROWS = REDIST_BLOCK / GROUPS;
+    static_assert(sizeof(uint4) * TILE * GROUPS <= REDIST_TILE_SHARED_BYTES, "the tile must fit");
+    uint4 (*tile)[GROUPS] = reinterpret_cast<uint4 (*)[GROUPS]>(redist_tile_memory());
     const TileWalk<NOUT, TILE> w(sg);
-    const u32 tx = threadIdx.x % HALF, ty = threadIdx.x / HALF;
+    const u32 tx = threadIdx.x % GROUPS, ty = threadIdx.x / GROUPS;
     for (u32 t = b - sg->blk_begin; t < w.ntiles; t += sg->blk_count) {
         i64 so, dso;
         u32 a0, b0;
         w.at(sg, t, so, dso, a0, b0);
 #pragma unroll
-        for (u32 k = 0; k < HALF / ROWS; ++k) {  // read: pairs along a across the warp, rows b and b + 1
-            const u32 bp = ty + k * ROWS, ai = a0 + 2 * tx, bi = b0 + 2 * bp;
+        for (u32 k = 0; k < GROUPS / ROWS; ++k) {  // read: groups along a across the warp, rows b ... b + G - 1
+            const u32 bg = ty + k * ROWS, ai = a0 + G * tx, bi = b0 + G * bg;
             if (ai < w.na && bi < w.nb) {
                 const char* p = reinterpret_cast<const char*>(src0 + so + (i64)ai * w.sa + (i64)bi * w.sb);
-                const bool two_b = bi + 1 < w.nb;
-                uint4 v0, v1 = make_uint4(0, 0, 0, 0);
-                if (ai + 1 < w.na) {
-                    v0 = *reinterpret_cast<const uint4*>(p);
-                    if (two_b) v1 = *reinterpret_cast<const uint4*>(p + w.sb);
-                } else {
-                    const uint2 x = *reinterpret_cast<const uint2*>(p);
-                    v0 = make_uint4(x.x, x.y, 0, 0);
-                    if (two_b) {
-                        const uint2 y = *reinterpret_cast<const uint2*>(p + w.sb);
-                        v1 = make_uint4(y.x, y.y, 0, 0);
-                    }
+                u32 in[G][4] = {};
+                if (ai + G <= w.na) {  // whole groups: one 16-byte load per row
+#pragma unroll
+                    for (u32 r = 0; r < G; ++r)
+                        if (bi + r < w.nb) {
+                            const uint4 v = *reinterpret_cast<const uint4*>(p + (i64)r * w.sb);
+                            in[r][0] = v.x, in[r][1] = v.y, in[r][2] = v.z, in[r][3] = v.w;
+                        }
+                } else {  // a partial group: word by word
+#pragma unroll
+                    for (u32 r = 0; r < G; ++r)
+#pragma unroll
+                        for (u32 c = 0; c < G; ++c)
+#pragma unroll
+                            for (u32 q = 0; q < W; ++q)
+                                if (bi + r < w.nb && ai + c < w.na)
+                                    in[r][c * W + q] = *reinterpret_cast<const u32*>(p + (i64)r * w.sb + c * E + 4 * q);
                 }
-                const u32 col = bp ^ (tx & 7);  // rows 2 tx and 2 tx + 1 share the swizzle
-                tile[2 * tx][col] = make_uint4(v0.x, v0.y, v1.x, v1.y);
-                tile[2 * tx + 1][col] = make_uint4(v0.z, v0.w, v1.z, v1.w);
+                const u32 col = bg ^ (tx & 7);  // rows G tx ... G tx + G - 1 share the swizzle
+#pragma unroll
+                for (u32 c = 0; c < G; ++c) {  // entry c: element c of every row, a pair or quad along b
+                    u32 o[4];
+#pragma unroll
+                    for (u32 r = 0; r < G; ++r)
+#pragma unroll
+                        for (u32 q = 0; q < W; ++q) o[r * W + q] = in[r][c * W + q];
+                    tile[G * tx + c][col] = make_uint4(o[0], o[1], o[2], o[3]);
+                }
             }
         }
         __syncthreads();
 #pragma unroll
-        for (u32 k = 0; k < TILE / ROWS; ++k) {  // write: pairs along b across the warp
-            const u32 a = ty + k * ROWS, ai = a0 + a, bi = b0 + 2 * tx;
+        for (u32 k = 0; k < TILE / ROWS; ++k) {  // write: groups along b across the warp
+            const u32 a = ty + k * ROWS, ai = a0 + a, bi = b0 + G * tx;
             if (ai < w.na && bi < w.nb) {
-                const uint4 v = tile[a][tx ^ ((a >> 1) & 7)];
+                const uint4 v = tile[a][tx ^ ((a / G) & 7)];
                 char* p = reinterpret_cast<char*>(dst0 + dso + (i64)ai * w.da + (i64)bi * w.db);
-                if (bi + 1 < w.nb) *reinterpret_cast<uint4*>(p) = v;
-                else *reinterpret_cast<uint2*>(p) = make_uint2(v.x, v.y);
+                if (bi + G <= w.nb) {
+                    *reinterpret_cast<uint4*>(p) = v;
+                } else {  // a partial group: word by word
+                    const u32 o[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (u32 c = 0; c < G; ++c)
+#pragma unroll
+                        for (u32 q = 0; q < W; ++q)
+                            if (bi + c < w.nb) *reinterpret_cast<u32*>(p + c * E + 4 * q) = o[c * W + q];
+                }
             }
         }
         __syncthreads();
@@ -275,18 +296,29 @@ __device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, 
     const i64 out = bases.out_delta[f];
     const u64 src0 = sg->src + (in & sg->src_mask);
     const u64 dst0 = sg->dst + ((u64)out & sg->dst_mask);
-    if constexpr (NOUT >= 2) {
+    // Tile routines are compiled only into the families whose rows they can meet (a fixed run length
+    // names the element size): a routine compiled in but never run still costs the kernel registers
+    // (the 16-byte family at V = 16: 58 with the pair and quad routines in, 46 without).
+    if constexpr (NOUT >= 2 && (RUN_BYTES == 0 || RUN_BYTES == V)) {
         if (sg->tile_a != REDIST_NONE && sg->row_bytes == V) {  // the same for the whole block
             redist_tile_segment<V, NOUT>(sg, b, src0, dst0);
             return;
         }
-        if (V == 16 && sg->tile_a != REDIST_NONE && sg->row_bytes == 8) {  // 8-byte elements in pairs
-            redist_tile_pairs<NOUT>(sg, b, src0, dst0);
+    }
+    if constexpr (NOUT >= 2 && V == 16 && (RUN_BYTES == 0 || RUN_BYTES == 8)) {
+        if (sg->tile_a != REDIST_NONE && sg->row_bytes == 8) {  // 8-byte elements in pairs
+            redist_tile_groups<8, NOUT>(sg, b, src0, dst0);
+            return;
+        }
+    }
+    if constexpr (NOUT >= 2 && V == 16 && (RUN_BYTES == 0 || RUN_BYTES == 4)) {
+        if (sg->tile_a != REDIST_NONE && sg->row_bytes == 4) {  // 4-byte elements in quads
+            redist_tile_groups<4, NOUT>(sg, b, src0, dst0);
             return;
         }
     }
     if constexpr (RUN_BYTES != 0 && RUN_BYTES < V) {
-        return;  // only pairs of 8-byte transposing rows run at V = 16 in a family of 8-byte rows
+        return;  // only groups of 4- or 8-byte transposing rows run at V = 16 in a family of such rows
     } else {
     const u64 units = sg->bytes >> LOGV;
     u32 ru, rmul = 0, rshr = 0;

@@ -52,6 +52,8 @@ MAXD = 8  # outer dimensions a segment may have (REDIST_MAXD)
 MAXF = 8  # fields one launch may move (REDIST_MAXF: the kernel's Bases argument)
 #: dynamic shared memory of a launch with transposing segments (REDIST_TILE_SHARED_BYTES: 64 x 65 8-byte elements)
 TILE_SHARED_BYTES = 64 * 65 * 8
+#: element sizes whose transposing segments move in 16-byte groups (pairs, quads) at vector width 16
+GROUP_ROWS = (4, 8)
 BLOCK = 256  # threads per block (REDIST_BLOCK)
 ILP = 1  # vectors per thread per chunk (REDIST_ILP; 1 measured best with a full grid, perf/RESULTS.md)
 VEC_WIDTHS = (16, 8, 4, 2, 1)
@@ -124,8 +126,9 @@ def kernel_name(run_bytes: int, nout: int, vec: int, kind: str = "plain") -> str
 
 def family_widths(run_bytes: int) -> tuple[int, ...]:
     """Vector widths a family is compiled for: all of them, or those dividing the fixed run length
-    (and 16 for rows of 8 bytes: transposed 8-byte elements moved in pairs, see copy.cu)."""
-    return tuple(v for v in VEC_WIDTHS if run_bytes == 0 or run_bytes % v == 0 or (run_bytes, v) == (8, 16))
+    (and 16 for rows of 4 or 8 bytes: transposed elements moved in 16-byte groups, see copy.cu)."""
+    return tuple(v for v in VEC_WIDTHS
+                 if run_bytes == 0 or run_bytes % v == 0 or (run_bytes in GROUP_ROWS and v == 16))
 
 
 @functools.cache
@@ -257,9 +260,9 @@ def tile_count(outer, ta: int, row_bytes: int) -> int:
 
 
 def _emulate_tiles(sg, b0: int, nb: int, nout: int, src0: int, dst0: int, vec: int,
-                   pairs: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                   groups: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(src, dst) element addresses of a transposing segment, tile by tile as copy.cu's
-    redist_tile_segment walks it (``pairs``: redist_tile_pairs, whose 16-byte pair starts must be aligned)."""
+    redist_tile_segment walks it (``groups``: redist_tile_groups, whose 16-byte group starts must be aligned)."""
     ka, kb = int(sg["tile_a"]), MAXD - 1
     na, nb_ = int(sg["ext"][ka]), int(sg["ext"][kb])
     TILE = tile_edge(vec)
@@ -287,10 +290,11 @@ def _emulate_tiles(sg, b0: int, nb: int, nout: int, src0: int, dst0: int, vec: i
     ok = (a < na) & (b < nb_)
     src = src0 + so[:, None, None] + a * int(sg["sstride"][ka]) + b * int(sg["sstride"][kb])
     dst = dst0 + do[:, None, None] + a * int(sg["dstride"][ka]) + b * int(sg["dstride"][kb])
-    if pairs:  # a pair is read at an even a (its neighbour inside the box), written at an even b
-        read = ok & (a % 2 == 0) & (a + 1 < na)
-        write = ok & (b % 2 == 0) & (b + 1 < nb_)
-        assert not (src[read] % 16).any() and not (dst[write] % 16).any(), "misaligned 16-byte pair"
+    if groups:  # a whole group of 16 / vec elements is read from a multiple of it along a, written along b
+        g = 16 // vec
+        read = ok & (a % g == 0) & (a + g - 1 < na)
+        write = ok & (b % g == 0) & (b + g - 1 < nb_)
+        assert not (src[read] % 16).any() and not (dst[write] % 16).any(), "misaligned 16-byte group"
     return src[ok].astype(np.uint64), dst[ok].astype(np.uint64)
 
 
@@ -338,8 +342,8 @@ def emulate(
         dst0 = (int(sg["dst"]) + (out_deltas[f] & int(sg["dst_mask"]))) & ALL_ONES
         nbytes = int(sg["bytes"])
         rb = int(sg["row_bytes"])
-        if nout >= 2 and int(sg["tile_a"]) != NO_PEER and (rb == vec or (rb, vec) == (8, 16)):
-            src, dst = _emulate_tiles(sg, b0, nb, nout, src0, dst0, rb, pairs=vec != rb)
+        if nout >= 2 and int(sg["tile_a"]) != NO_PEER and (rb == vec or (rb in GROUP_ROWS and vec == 16)):
+            src, dst = _emulate_tiles(sg, b0, nb, nout, src0, dst0, rb, groups=vec != rb)
             assert len(src) * rb == nbytes, "the tiles do not cover the segment"
             store(dst, load(src, rb))
             continue

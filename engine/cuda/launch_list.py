@@ -81,9 +81,10 @@ class Segment:
         return len(self.outer)
 
     def max_vec(self) -> int:
-        if self.tile_a is not None and self.row_bytes == 8:  # transposed 8-byte elements: in 16-byte pairs
+        if self.tile_a is not None and self.row_bytes in K.GROUP_ROWS:  # transposed 4-/8-byte elements: 16-byte groups
             rest = [s for k, s in enumerate(self.sstride) if k != self.tile_a] + list(self.dstride[:-1])
-            return min([16] + [align_of(q) for q in (self.src_offset, self.dst_offset, *rest)])
+            v = min([16] + [align_of(q) for q in (self.src_offset, self.dst_offset, *rest)])
+            return 16 if v == 16 else min(v, self.row_bytes)  # else element by element (or narrower)
         v = 16
         for q in (self.row_bytes, self.src_offset, self.dst_offset, *self.sstride, *self.dstride):
             v = min(v, align_of(q))

@@ -1102,24 +1102,28 @@ def test_fused_executable_on_a_simulated_job(transport, monkeypatch):
 
 
 @pytest.mark.parametrize("transport", ["push", "put"])
-def test_emulate_tiled_transposes_in_pairs(transport):
-    """8-byte elements transposed with 16-byte accesses (pairs along each contiguous side) where
-    every pair start is 16-byte aligned, odd edges included (an element alone); 8-byte accesses
-    where an operand is misaligned."""
+@pytest.mark.parametrize("itemsize", [4, 8])
+def test_emulate_tiled_transposes_in_groups(transport, itemsize):
+    """4- and 8-byte elements transposed with 16-byte accesses (quads and pairs along each
+    contiguous side) where every group start is 16-byte aligned, partial groups at the edges
+    included (word by word); element accesses where an operand is misaligned."""
+    g16 = 16 // itemsize
+
     def c_order(boxes):
         return [geo.dense_strides(geo.box_shape(b), "C") for b in boxes]
 
-    def padded(boxes):  # operands padded to an even row: odd extents, 16-byte aligned strides
-        return [geo.dense_strides(tuple(n + n % 2 for n in geo.box_shape(b)), "C") for b in boxes]
+    def padded(boxes):  # operands padded to whole groups per row: ragged extents, 16-byte aligned strides
+        return [geo.dense_strides(tuple(-(-n // g16) * g16 for n in geo.box_shape(b)), "C") for b in boxes]
 
-    odd = []
-    for g, p, strides in (((2, 130, 66), 1, c_order), ((4, 68, 130), 2, c_order), ((3, 66, 98), 3, c_order),
-                          ((4, 68, 99), 2, padded)):
+    ragged = []
+    for g, p, strides in (((2, 132, 68), 1, c_order), ((3, 72, 100), 3, c_order), ((4, 72, 99), 2, padded),
+                          ((4, 72, 130), 2, padded)):
         ib, ob = slab_boxes(g, p, 0), slab_boxes(g, p, 1)
-        lls = run_case(ib, ob, 8, transport=transport, order=(0, 2, 1), strides=strides(ib), seed=len(g) + p)
-        pairs = [s for ll in lls for k in ll.kernels if k.vmax == 16
-                 for s in k.segments if s.tile_a is not None and s.row_bytes == 8]
-        assert pairs, f"{g} at P={p}: no launch moves 8-byte tiles in 16-byte pairs"
-        odd += [e for s in pairs for e in (s.outer[s.tile_a], s.outer[-1]) if e % 2]
-        run_case(ib, ob, 8, transport=transport, order=(0, 2, 1), strides=strides(ib), in_offsets=[8] * p, seed=3)
-    assert odd, "no odd edge exercised in pairs"
+        lls = run_case(ib, ob, itemsize, transport=transport, order=(0, 2, 1), strides=strides(ib), seed=len(g) + p)
+        groups = [s for ll in lls for k in ll.kernels if k.vmax == 16
+                  for s in k.segments if s.tile_a is not None and s.row_bytes == itemsize]
+        assert groups, f"{g} at P={p}: no launch moves {itemsize}-byte tiles in 16-byte groups"
+        ragged += [e for s in groups for e in (s.outer[s.tile_a], s.outer[-1]) if e % g16]
+        run_case(ib, ob, itemsize, transport=transport, order=(0, 2, 1), strides=strides(ib),
+                 in_offsets=[itemsize] * p, seed=3)
+    assert ragged, "no partial group at an edge exercised"
