@@ -100,11 +100,12 @@ def emulate_job(
     def run_kernel(r: int, k: KernelStep):
         rows = table_rows(k, output=lambda d: outb[d], send=sendb[r], recv=recvb[r])
         tab = K.pack_table(rows)
-        v = k.vmax if vec is None else min(vec, k.vmax)
+        align = 16 if vec is None else vec
         if k.reads_input:
-            v = min([v] + [align_of(b) for b in inb[r]])
+            align = min([align] + [align_of(b) for b in inb[r]])
         if k.writes_output:
-            v = min(v, align_of(out_delta))
+            align = min(align, align_of(out_delta))
+        v = k.width(align)
         K.emulate(
             tab,
             vec=v,

@@ -58,8 +58,9 @@ class _Kernel:
         self.in_align = 16
         self.out_align = 16
 
-    def pick_vec(self) -> int:
-        v = self.step.vmax
+    def bound_align(self) -> int:
+        """The alignment of the pointers bound to this launch (operand, out= delta), at most 16."""
+        v = 16
         if self.step.reads_input:
             v = min(v, self.in_align)
         if self.step.writes_output:
@@ -194,10 +195,7 @@ class CudaExecutable:
         return self._ctl + 8 * (K.CTL_PEERS + which * self.rt.nranks + self.rt.rank)
 
     def _pick(self, kern: _Kernel) -> int:
-        v = min(kern.pick_vec(), self._base_align)
-        while v not in kern.launch.funcs:
-            v //= 2
-        return v
+        return kern.step.width(min(kern.bound_align(), self._base_align))
 
     def _puts_resolve(self) -> None:
         self._puts = [

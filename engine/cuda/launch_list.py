@@ -123,6 +123,19 @@ class KernelStep:
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.segments)
 
+    def width(self, align: int) -> int:
+        """The vector width the launch runs at when its bound pointers are ``align``-aligned (the
+        one rule of the executable and the emulator): at most ``vmax``; below 16 no wider than any
+        segment's element size allows (a transposing segment of 4-byte elements runs in 16-byte
+        quads or element by element, never at 8: copy.cu has no routine for that); then the widest
+        width the family is compiled for."""
+        v = min(self.vmax, align)
+        if v < 16:
+            v = min([v] + [align_of(s.row_bytes) for s in self.segments])
+        while v not in K.family_widths(self.run_bytes):
+            v //= 2
+        return v
+
     @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the launch: the tile buffer when some segment transposes."""

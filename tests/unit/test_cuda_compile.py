@@ -18,7 +18,7 @@ from helpers import expected_bytes, global_bytes, operand_bytes, random_boxes, s
 from redist.engine import geometry as geo
 from redist.engine.cuda import kernels as K
 from redist.engine.cuda.emulator import emulate_job
-from redist.engine.cuda.launch_list import build_launch_list
+from redist.engine.cuda.launch_list import align_of, build_launch_list
 from redist.engine.errors import InvalidStateError, InvalidValueError
 from redist.engine.plan import make_plan
 
@@ -1127,3 +1127,35 @@ def test_emulate_tiled_transposes_in_groups(transport, itemsize):
         run_case(ib, ob, itemsize, transport=transport, order=(0, 2, 1), strides=strides(ib),
                  in_offsets=[itemsize] * p, seed=3)
     assert ragged, "no partial group at an edge exercised"
+    # rows whose 16-byte alignment fails somewhere: no launch may claim groups (the emulator checks
+    # every group start, so a vector rule that allowed 16 here would fail this run)
+    ib, ob = slab_boxes((2, 130, 66), 1, 0), slab_boxes((2, 130, 66), 1, 1)
+    lls = run_case(ib, ob, itemsize, transport=transport, order=(0, 2, 1), seed=7)
+    assert all(k.vmax < 16 for ll in lls for k in ll.kernels
+               if any(s.tile_a is not None for s in k.segments)), "a misaligned transpose was given 16-byte groups"
+
+
+@pytest.mark.parametrize("offset", [0, 4, 8])
+def test_emulate_grouped_transposes_of_mixed_sizes(offset):
+    """Fields of 4- and 8-byte elements transposed in one launch (family run_bytes 0, vector width
+    16 allowed): operands 16-, 4- or 8-byte aligned. At 8, the 8-byte tiles could run element by
+    element but the 4-byte ones have no 8-byte routine: the launch's width rule (KernelStep.width,
+    shared by the executable and the emulator) must drop to 4."""
+    from redist.engine.plan import fuse
+
+    g, p, itemsizes = (3, 72, 100), 3, (4, 8)
+    ib, ob = slab_boxes(g, p, 0), slab_boxes(g, p, 1)
+    Gs = [global_bytes(g, isz, 5 + f) for f, isz in enumerate(itemsizes)]
+    c_order = [geo.dense_strides(geo.box_shape(b), "C") for b in ib]
+    plans = [fuse([make_plan(r, ib, ob, itemsize=isz, in_strides=c_order, out_order=(0, 2, 1)) for isz in itemsizes])
+             for r in range(p)]
+    inputs = [[operand_bytes(G, ib[r], c_order[r], isz)
+               for G, isz in zip(Gs, itemsizes)] for r in range(p)]
+    outs, lls = emulate_job(plans, inputs, transport="push", in_offsets=[offset] * p)
+    tiled = [k for ll in lls for k in ll.kernels if any(s.tile_a is not None for s in k.segments)]
+    assert tiled and all(k.run_bytes == 0 and k.vmax == 16 for k in tiled)
+    assert {k.width(align_of(offset) if offset else 16) for k in tiled} == {16 if offset == 0 else 4}
+    for r in range(p):
+        for f, (G, off) in enumerate(zip(Gs, lls[r].field_offsets)):
+            want = expected_bytes(G, ob[r], (0, 2, 1))
+            assert np.array_equal(outs[r][off: off + len(want)], want), f"rank {r} field {f} (offset {offset})"
