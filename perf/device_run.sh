@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
-#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi tune nvmath permuted fields
+#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi tune nvmath permuted sizes fields
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -46,6 +46,9 @@ for s in "$@"; do
   permuted)
     step "permuted results vs dense (+ transpose copy), P=1"
     timeout 200 $MPI -n 1 python3 perf/bench_permuted.py --gpu --n 128 256 512 --iters 9 2>&1 | tee "$OUT/bench_permuted_gpu.md" | tail -6 ;;
+  sizes)
+    step "permuted results of several element sizes, P=1"
+    (cd perf && timeout 200 python3 bench_permuted_sizes.py this 2>&1 | grep -E "^this" | tee "$OUT/bench_permuted_sizes.txt") ;;
   tune)
     step "copy kernel variants and launch layers, P=1"
     timeout 300 python3 perf/tune_copy.py ${TUNE_ARGS:-} --out "$OUT/tune_copy.md" 2>&1 | tail -20 ;;
