@@ -118,16 +118,16 @@ def main(argv=None) -> int:
                         "use a small --iters (below the launch queue depth), e.g. 256")
     a = p.parse_args(argv)
 
-    from redist.cabi import _testing as T
+    from redist.cabi import _testing as cabi_testing
 
     with tempfile.TemporaryDirectory(prefix="bench-cabi-") as tmp:
-        built = T.build_once(Path(a.lib) if a.lib else Path(tmp) / "lib")
+        built = cabi_testing.build_once(Path(a.lib) if a.lib else Path(tmp) / "lib")
         extra = []
         if a.device:
             cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
             libdir = next(p for p in (cuda / "lib64", cuda / "lib") if (p / "libcudart.so").exists())
             extra = ["-DREDIST_BENCH_CUDA", f"-I{cuda / 'include'}", f"-L{libdir}", "-lcudart", f"-Wl,-rpath,{libdir}"]
-        exe = T.compile_c(T.CHECKS / "bench_execute.c", Path(tmp) / "bench_execute", built, extra=extra)
+        exe = cabi_testing.compile_c(cabi_testing.CHECKS / "bench_execute.c", Path(tmp) / "bench_execute", built, extra=extra)
         keep = ("PYTHONPATH",) if a.device else ()  # the GPU image installs redist under PYTHONPATH
         env = {k: v for k, v in os.environ.items() if k in keep or k not in ("PYTHONHOME", "PYTHONPATH", "REDIST_PYTHON")}
         args = [str(a.iters), str(a.trials), str(a.edge), "device" if a.device else "host"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..plan import FusedPlan, Plan
-from . import kernels as K
+from . import kernels
 from .launch_list import KernelStep, LaunchList, align_of, build_launch_list, table_rows
 
 __all__ = ["emulate_job"]
@@ -30,7 +30,7 @@ def emulate_job(
     in_offsets: Sequence[int] | None = None,
     in_origins: Sequence[int] | None = None,
     out_delta: int = 0,
-    seg_limit: int = K.SEG_LIMIT,
+    seg_limit: int = kernels.SEG_LIMIT,
     sm_count: int = 132,
     signal: str = "epoch",
     epochs: int = 2,
@@ -99,14 +99,14 @@ def emulate_job(
 
     def run_kernel(r: int, k: KernelStep):
         rows = table_rows(k, output=lambda d: outb[d], send=sendb[r], recv=recvb[r])
-        tab = K.pack_table(rows)
+        tab = kernels.pack_table(rows)
         align = 16 if vec is None else vec
         if k.reads_input:
             align = min([align] + [align_of(b) for b in inb[r]])
         if k.writes_output:
             align = min(align, align_of(out_delta))
         v = k.width(align)
-        K.emulate(
+        kernels.emulate(
             tab,
             vec=v,
             run_bytes=k.run_bytes,

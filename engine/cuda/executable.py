@@ -34,7 +34,7 @@ from .. import collective
 from ..buffer import Buffer, self_overlapping
 from ..errors import CudaError, InvalidStateError
 from ..plan import FusedPlan, Plan, fuse
-from . import kernels as K
+from . import kernels
 from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
 
 if TYPE_CHECKING:
@@ -133,10 +133,10 @@ class CudaExecutable:
         self._protos: list[int] = []  # device arrays of the epoch kernels' peer addresses
         self._wait = True  # the copy kernel's credit wait (sync_symmetric_memory)
         if self._epoch:
-            self._ctl = rt.sym_alloc(8 * K.ctl_words(rt.nranks), owner="engine")
+            self._ctl = rt.sym_alloc(8 * kernels.ctl_words(rt.nranks), owner="engine")
         with collective.attempt(rt.comm, on_failure=self.free):
             if self._ctl:
-                rt.htod(self._ctl, np.zeros(K.ctl_words(rt.nranks), np.uint64))
+                rt.htod(self._ctl, np.zeros(kernels.ctl_words(rt.nranks), np.uint64))
             self._peer_out = {
                 d: (self.result_ptr if d == rt.rank else rt.peer_ptr(self.result_ptr, d))
                 for d in range(rt.nranks)
@@ -153,7 +153,7 @@ class CudaExecutable:
                 rt.htod(tptr, table)
                 widths = {v: f for v, f in funcs[k.name].items() if v <= k.vmax}
                 protocol = self._protocol(k) if k.kind != "plain" else ()
-                kern = _Kernel(k, KernelLaunch(self._drv, widths, k.grid, K.BLOCK, tptr, len(k.segments), protocol,
+                kern = _Kernel(k, KernelLaunch(self._drv, widths, k.grid, kernels.BLOCK, tptr, len(k.segments), protocol,
                                                k.shared_bytes),
                                tptr)
                 self._kernels[k.name] = kern
@@ -172,7 +172,7 @@ class CudaExecutable:
 
     def _table(self, k: KernelStep) -> np.ndarray:
         rows = table_rows(k, output=lambda d: self._peer_out[d], send=self._send, recv=self._recv)
-        return K.pack_table(rows)
+        return kernels.pack_table(rows)
 
     def _peer_ctl(self, pe: int) -> int:
         rt = self.rt
@@ -192,7 +192,7 @@ class CudaExecutable:
 
     def _signal_slot(self, which: int) -> int:
         """This rank's slot in a control block (symmetric address): 0 credit, 1 arrival, 2 put signal."""
-        return self._ctl + 8 * (K.CTL_PEERS + which * self.rt.nranks + self.rt.rank)
+        return self._ctl + 8 * (kernels.CTL_PEERS + which * self.rt.nranks + self.rt.rank)
 
     def _pick(self, kern: _Kernel) -> int:
         return kern.step.width(min(kern.bound_align(), self._base_align))

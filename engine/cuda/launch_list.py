@@ -20,7 +20,7 @@ import numpy.typing as npt
 from .. import geometry as geo
 from ..errors import InvalidValueError, NotSupportedError
 from ..plan import STAGING_ALIGN, Copy, FusedPlan, Plan, fuse
-from . import kernels as K
+from . import kernels
 
 __all__ = [
     "BASE_ALIGN",
@@ -81,7 +81,7 @@ class Segment:
         return len(self.outer)
 
     def max_vec(self) -> int:
-        if self.tile_a is not None and self.row_bytes in K.GROUP_ROWS:  # transposed 4-/8-byte elements: 16-byte groups
+        if self.tile_a is not None and self.row_bytes in kernels.GROUP_ROWS:  # transposed 4-/8-byte elements: 16-byte groups
             rest = [s for k, s in enumerate(self.sstride) if k != self.tile_a] + list(self.dstride[:-1])
             v = min([16] + [align_of(q) for q in (self.src_offset, self.dst_offset, *rest)])
             return 16 if v == 16 else min(v, self.row_bytes)  # else element by element (or narrower)
@@ -132,14 +132,14 @@ class KernelStep:
         v = min(self.vmax, align)
         if v < 16:
             v = min([v] + [align_of(s.row_bytes) for s in self.segments])
-        while v not in K.family_widths(self.run_bytes):
+        while v not in kernels.family_widths(self.run_bytes):
             v //= 2
         return v
 
     @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory of the launch: the tile buffer when some segment transposes."""
-        return K.TILE_SHARED_BYTES if any(s.tile_a is not None for s in self.segments) else 0
+        return kernels.TILE_SHARED_BYTES if any(s.tile_a is not None for s in self.segments) else 0
 
     @property
     def family(self) -> tuple[int, int]:
@@ -147,8 +147,8 @@ class KernelStep:
 
     def kernel_names(self) -> list[str]:
         return [
-            K.kernel_name(self.run_bytes, self.nout, v, self.kind)
-            for v in K.family_widths(self.run_bytes)
+            kernels.kernel_name(self.run_bytes, self.nout, v, self.kind)
+            for v in kernels.family_widths(self.run_bytes)
             if v <= self.vmax
         ]
 
@@ -229,7 +229,7 @@ class LaunchList:
         ]
         for k in self.kernels:
             lines.append(
-                f"  {k.name}: grid {k.grid}x{K.BLOCK}, {len(k.segments)} segment(s), {k.nbytes} B, family "
+                f"  {k.name}: grid {k.grid}x{kernels.BLOCK}, {len(k.segments)} segment(s), {k.nbytes} B, family "
                 f"run_bytes={k.run_bytes} nout={k.nout}, vector <= {k.vmax} B ({', '.join(k.kernel_names())})"
             )
             if k.kind != "plain":
@@ -241,7 +241,7 @@ class LaunchList:
                     f"{s.nbytes} B, rows of {s.row_bytes} B, outer {s.outer}, "
                     f"src {s.src_space}@{s.src_offset} {s.sstride}, dst {s.dst_space}[{s.dst_rank}]@{s.dst_offset} "
                     f"{s.dstride}, {b} block(s)"
-                    + (f", transposed in tiles of {K.tile_edge(s.row_bytes)}² over outer dimension {s.tile_a}"
+                    + (f", transposed in tiles of {kernels.tile_edge(s.row_bytes)}² over outer dimension {s.tile_a}"
                        if s.tile_a is not None else "")
                 )
         return "\n".join(lines)
@@ -350,19 +350,19 @@ def _segments(
         ds,
         field=field,
     )
-    if seg.nouter > K.MAXD:
+    if seg.nouter > kernels.MAXD:
         raise NotSupportedError(
             f"a {role} copy of rank {peer if role == 'unpack' else dst_rank} has {seg.nouter + 1} dimensions that "
-            f"cannot be merged (at most {K.MAXD + 1} are supported by the CUDA backend)"
+            f"cannot be merged (at most {kernels.MAXD + 1} are supported by the CUDA backend)"
         )
-    return [replace(s, tile_a=K.tile_axis(s.row_bytes, s.outer, s.sstride, s.dstride)) for s in _split(seg, limit)]
+    return [replace(s, tile_a=kernels.tile_axis(s.row_bytes, s.outer, s.sstride, s.dstride)) for s in _split(seg, limit)]
 
 
 def _work_bytes(seg: Segment) -> int:
     """What the block split weighs a segment by: its bytes, or for a transpose one chunk per tile."""
     if seg.tile_a is None:
         return seg.nbytes
-    return K.tile_count(seg.outer, seg.tile_a, seg.row_bytes) * K.BLOCK * K.ILP * 16
+    return kernels.tile_count(seg.outer, seg.tile_a, seg.row_bytes) * kernels.BLOCK * kernels.ILP * 16
 
 
 def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int, *, protocol: bool = False,
@@ -378,7 +378,7 @@ def _kernel_step(name: str, segs: list[Segment], sm_count: int, base_align: int,
     return KernelStep(
         name=name,
         segments=tuple(segs),
-        blocks=tuple(K.blocks_for([_work_bytes(s) for s in segs], sm_count)) if segs else (1,),
+        blocks=tuple(kernels.blocks_for([_work_bytes(s) for s in segs], sm_count)) if segs else (1,),
         run_bytes=run,
         nout=nout,
         vmax=vmax,
@@ -407,7 +407,7 @@ def build_launch_list(
     signal: str = "epoch",
     sm_count: int = 132,
     base_align: int = BASE_ALIGN,
-    seg_limit: int = K.SEG_LIMIT,
+    seg_limit: int = kernels.SEG_LIMIT,
 ) -> LaunchList:
     """The graph of ``plan.rank``: pure; the same collective structure on every rank of the job.
 
@@ -427,8 +427,8 @@ def build_launch_list(
     if signal not in ("epoch", "barrier"):
         raise InvalidValueError(f"signal must be 'epoch' or 'barrier', got {signal!r}")
     fused = plan if isinstance(plan, FusedPlan) else fuse([plan])
-    if fused.nfields > K.MAXF:
-        raise NotSupportedError(f"the CUDA backend moves at most {K.MAXF} fields in one exchange, got {fused.nfields}")
+    if fused.nfields > kernels.MAXF:
+        raise NotSupportedError(f"the CUDA backend moves at most {kernels.MAXF} fields in one exchange, got {fused.nfields}")
     fields, plan = fused.fields, fused.first
     p, r = plan.nranks, plan.rank
     traffic = traffic_matrix(plan)
@@ -549,7 +549,7 @@ def table_rows(
                 dstride=seg.dstride,
                 blk_begin=b0,
                 blk_count=nb,
-                peer=K.NO_PEER if seg.role == "local" else seg.peer,
+                peer=kernels.NO_PEER if seg.role == "local" else seg.peer,
                 tile_a=seg.tile_a,
                 field=seg.field,
             )
@@ -564,7 +564,7 @@ def protocol_rows(step: KernelStep, *, ctl: Callable[[int], int], me: int, nrank
 
     ``ctl(rank)`` = that rank's control block as mapped here (a peer pointer).
     """
-    credit = [ctl(src) + 8 * (K.CTL_PEERS + me) for src in step.credit_to]
-    arrive = [ctl(dst) + 8 * (K.CTL_PEERS + nranks + me) for dst in step.arrive_to]
+    credit = [ctl(src) + 8 * (kernels.CTL_PEERS + me) for src in step.credit_to]
+    arrive = [ctl(dst) + 8 * (kernels.CTL_PEERS + nranks + me) for dst in step.arrive_to]
     words = credit + arrive + list(step.wait_for)
-    return np.array([w & K.ALL_ONES for w in words] or [0], dtype=np.uint64)
+    return np.array([w & kernels.ALL_ONES for w in words] or [0], dtype=np.uint64)

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import pytest
-from redist.cabi import _testing as T
+from redist.cabi import _testing as cabi_testing
 
 
 @pytest.fixture(scope="session")
 def cabi(tmp_path_factory):
-    if T.c_compiler() is None:
+    if cabi_testing.c_compiler() is None:
         pytest.skip("no C compiler")
-    return T.build_once(tmp_path_factory.getbasetemp() / "cabi")
+    return cabi_testing.build_once(tmp_path_factory.getbasetemp() / "cabi")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from redist.cabi import _testing as T
+from redist.cabi import _testing as cabi_testing
 from redist.engine.errors import STATUS
 
 from helpers import clean_env, mpi, run
@@ -101,7 +101,7 @@ SINGLE = {
 
 @pytest.fixture(scope="module")
 def bad_input(cabi, tmp_path_factory):
-    return T.compile_c(T.CHECKS / "bad_input.c", tmp_path_factory.mktemp("cabi-bad") / "bad_input", cabi)
+    return cabi_testing.compile_c(cabi_testing.CHECKS / "bad_input.c", tmp_path_factory.mktemp("cabi-bad") / "bad_input", cabi)
 
 
 def outcomes(text: str) -> dict[int, tuple[int, str, str]]:

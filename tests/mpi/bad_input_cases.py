@@ -17,7 +17,7 @@ from helpers import global_values, same_bits, sl
 
 import redist
 from redist import BlockNonCyclic, ProcessGrid, RawArray, Redistribute, Slab
-from redist.engine import errors as E
+from redist.engine import errors
 
 OK = "ok"
 SHAPE = (8, 6, 5)
@@ -93,50 +93,50 @@ def _boxes_with(env, bad):
     return a, (tuple(lo), tuple(hi))
 
 
-@case((E.InvalidValueError, r"The global number of elements is incompatible .*; rank 0 box .* overlaps rank {last} box"))
+@case((errors.InvalidValueError, r"The global number of elements is incompatible .*; rank 0 box .* overlaps rank {last} box"))
 def box_overlap_last(env):
     a, box = _boxes_with(env, lambda lo, hi: ([0] + lo[1:], hi))
     Redistribute(a, box, Slab.Y)
 
 
-@case((E.InvalidValueError, r"The global number of elements is incompatible with the inferred global shape \(8, 6, 5\): "
+@case((errors.InvalidValueError, r"The global number of elements is incompatible with the inferred global shape \(8, 6, 5\): "
                             r".*cover \d+ of the \d+ elements.*element \(\d+, 0, 0\) belongs to no rank"))
 def box_gap_last(env):
     a, box = _boxes_with(env, lambda lo, hi: ([lo[0] + 1] + lo[1:], hi))
     Redistribute(a, box, Slab.Y)
 
 
-@case((E.InvalidValueError, r"rank {last} input box .* negative coordinate on axis 1"))
+@case((errors.InvalidValueError, r"rank {last} input box .* negative coordinate on axis 1"))
 def box_negative_last(env):
     a, box = _boxes_with(env, lambda lo, hi: ([lo[0], -1] + lo[2:], [hi[0], hi[1] - 1] + hi[2:]))
     Redistribute(a, box, Slab.Y)
 
 
-@case((E.InvalidValueError, r"rank {last}: The upper coordinates must be larger than the lower coordinates.*lower > upper on axis 2"))
+@case((errors.InvalidValueError, r"rank {last}: The upper coordinates must be larger than the lower coordinates.*lower > upper on axis 2"))
 def box_inverted_last(env):
     a, box = _boxes_with(env, lambda lo, hi: (lo[:2] + [4], hi[:2] + [2]))
     Redistribute(np.zeros((1, 1, 1)) if env.is_last() else a, box, Slab.Y)
 
 
-@case((E.InvalidValueError, r"rank {last} input box .* coordinate >= 2\*\*62"))
+@case((errors.InvalidValueError, r"rank {last} input box .* coordinate >= 2\*\*62"))
 def box_huge_coordinate_last(env):
     a, box = _boxes_with(env, lambda lo, hi: (lo[:2] + [2**63], hi[:2] + [2**63 + 5]))
     Redistribute(np.zeros((1, 6, 5)) if env.is_last() else a, box, Slab.Y)
 
 
-@case((E.InvalidValueError, r"rank {last} input box .* has 2 dimensions, the operand has 3"))
+@case((errors.InvalidValueError, r"rank {last} input box .* has 2 dimensions, the operand has 3"))
 def box_ndim_mismatch_last(env):
     a, box = _boxes_with(env, lambda lo, hi: (lo[:2], hi[:2]))
     Redistribute(a if not env.is_last() else np.zeros((1, 6, 5)), box, Slab.Y)
 
 
-@case((E.InvalidValueError, r"rank {last}: invalid Box: box coordinates must be integers, got 0.5"))
+@case((errors.InvalidValueError, r"rank {last}: invalid Box: box coordinates must be integers, got 0.5"))
 def box_float_coordinate_last(env):
     a, box = operand(env)[0], Slab.X.box(env.rank, SHAPE, nranks=env.P).as_tuple()
     Redistribute(a, ((0.5, 0, 0), box[1]) if env.is_last() else box, Slab.Y)
 
 
-@case((E.InvalidValueError, r"the input boxes span the global box .* but the output boxes span .*same global array"))
+@case((errors.InvalidValueError, r"the input boxes span the global box .* but the output boxes span .*same global array"))
 def output_box_outside_last(env):
     a, _ = operand(env)
     ib = Slab.X.box(env.rank, SHAPE, nranks=env.P)
@@ -146,51 +146,51 @@ def output_box_outside_last(env):
     Redistribute(a, ib, ob)
 
 
-@case((E.InvalidValueError, r"same global array"))
+@case((errors.InvalidValueError, r"same global array"))
 def output_global_box_differs(env):
     a, _ = operand(env)
     Redistribute(a, Slab.X.box(env.rank, SHAPE, nranks=env.P), Slab.Y.box(env.rank, (8, 7, 5), nranks=env.P))
 
 
-@case((E.InvalidValueError, r"rank {last} operand shape \(1, 6, 5\) does not match its input box"))
+@case((errors.InvalidValueError, r"rank {last} operand shape \(1, 6, 5\) does not match its input box"))
 def operand_shape_vs_box_last(env):
     a, _ = operand(env)
     box = Slab.X.box(env.rank, SHAPE, nranks=env.P)
     Redistribute(np.zeros((1, 6, 5)) if env.is_last() else a, box, Slab.Y)
 
 
-@case((E.InvalidValueError, r"(rank 0 operand shape .* does not fit the input distribution .*axis 1.* is 5, but|"
+@case((errors.InvalidValueError, r"(rank 0 operand shape .* does not fit the input distribution .*axis 1.* is 5, but|"
                             r"extents on axis 1, .* differ between ranks: rank 0 has 5, rank 1 has 6)"))
 def slab_shape_wrong_rank0(env):
     a, _ = operand(env)
     Redistribute(a[:, :-1] if env.rank == 0 else a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"Inconsistent input distribution type .* rank {last} uses Box"))
+@case((errors.InvalidValueError, r"Inconsistent input distribution type .* rank {last} uses Box"))
 def distribution_kind_differs_last(env):
     a, _ = operand(env)
     Redistribute(a, Slab.X.box(env.rank, SHAPE, nranks=env.P) if env.is_last() else Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"Inconsistent output distribution .* rank {last} uses Slab\(partition_dim=2, ndim=None\)"))
+@case((errors.InvalidValueError, r"Inconsistent output distribution .* rank {last} uses Slab\(partition_dim=2, ndim=None\)"))
 def distribution_differs_last(env):
     a, _ = operand(env)
     Redistribute(a, Slab.X, Slab.Z if env.is_last() else Slab.Y)
 
 
-@case((E.InvalidTypeError, r"rank {last}: output_distribution must be a redist Distribution"))
+@case((errors.InvalidTypeError, r"rank {last}: output_distribution must be a redist Distribution"))
 def distribution_not_one_last(env):
     a, _ = operand(env)
     Redistribute(a, Slab.X, "slab-y" if env.is_last() else Slab.Y)
 
 
-@case((E.InvalidValueError, r"Number of grid elements \(7\) must equal the number of processes"))
+@case((errors.InvalidValueError, r"Number of grid elements \(7\) must equal the number of processes"))
 def process_grid_wrong_size(env):
     a, _ = operand(env)
     Redistribute(a, Slab.X, BlockNonCyclic(ProcessGrid((1, 7, 1))))
 
 
-@case((E.InvalidValueError, r"Slab\(partition_dim=3, ndim=None\) can't split axis 3 of a 3-D array"))
+@case((errors.InvalidValueError, r"Slab\(partition_dim=3, ndim=None\) can't split axis 3 of a 3-D array"))
 def slab_axis_beyond_ndim(env):
     a, _ = operand(env)
     Redistribute(a, Slab.X, Slab(3))
@@ -199,13 +199,13 @@ def slab_axis_beyond_ndim(env):
 # --- construction: dtypes, shapes, packages, layouts -------------------------------------------
 
 
-@case((E.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<f8', but rank {last} '<f4'"))
+@case((errors.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<f8', but rank {last} '<f4'"))
 def dtype_differs_last(env):
     a, _ = operand(env, np.float32 if env.is_last() else np.float64)
     Redistribute(a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<f8', but rank {last} '>f8'"))
+@case((errors.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<f8', but rank {last} '>f8'"))
 def byte_order_differs_last(env):
     a, _ = operand(env)
     Redistribute(a.astype(">f8") if env.is_last() else a, Slab.X, Slab.Y)
@@ -221,18 +221,18 @@ def byte_order_big_endian_everywhere(env):
         right(env, res, g)
 
 
-@case((E.InvalidTypeError, r"rank {last}: dtype object holds Python object pointers"))
+@case((errors.InvalidTypeError, r"rank {last}: dtype object holds Python object pointers"))
 def dtype_object_last(env):
     a, _ = operand(env)
     Redistribute(a.astype(object) if env.is_last() else a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidTypeError, r"rank 0: dtype object holds Python object pointers"))
+@case((errors.InvalidTypeError, r"rank 0: dtype object holds Python object pointers"))
 def dtype_object_everywhere(env):
     Redistribute(operand(env)[0].astype(object), Slab.X, Slab.Y)
 
 
-@case((E.InvalidTypeError, r"rank {last}: dtype StringDType\(\) holds Python object pointers"))
+@case((errors.InvalidTypeError, r"rank {last}: dtype StringDType\(\) holds Python object pointers"))
 def dtype_string_dtype_last(env):
     a, _ = operand(env)
     if env.is_last():
@@ -240,7 +240,7 @@ def dtype_string_dtype_last(env):
     Redistribute(a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidTypeError, r"rank {last}: dtype .* holds Python object pointers"))
+@case((errors.InvalidTypeError, r"rank {last}: dtype .* holds Python object pointers"))
 def dtype_struct_with_object_field_last(env):
     a, _ = operand(env)
     if env.is_last():
@@ -250,13 +250,13 @@ def dtype_struct_with_object_field_last(env):
     Redistribute(a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"inconsistent dtype across ranks: .* rank {last} \"\[\('x', '<i4'\), \('z', '<f8'\)\]\""))
+@case((errors.InvalidValueError, r"inconsistent dtype across ranks: .* rank {last} \"\[\('x', '<i4'\), \('z', '<f8'\)\]\""))
 def struct_field_names_differ_last(env):
     dt = [("x", "<i4"), ("z" if env.is_last() else "y", "<f8")]
     Redistribute(operand(env, dt)[0], Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<M8\[s\]', but rank {last} '<M8\[ms\]'"))
+@case((errors.InvalidValueError, r"inconsistent dtype across ranks: rank 0 has '<M8\[s\]', but rank {last} '<M8\[ms\]'"))
 def datetime_units_differ_last(env):
     a, _ = operand(env, "M8[ms]" if env.is_last() else "M8[s]")
     Redistribute(a, Slab.X, Slab.Y)
@@ -271,18 +271,18 @@ def datetime_and_structs_work(env):
             right(env, r.execute(), g, f"dtype {dt}")
 
 
-@case((E.InvalidValueError, r"inconsistent number of dimensions across ranks: rank 0 has 3, but rank {last} 2"))
+@case((errors.InvalidValueError, r"inconsistent number of dimensions across ranks: rank 0 has 3, but rank {last} 2"))
 def ndim_differs_last(env):
     a, _ = operand(env)
     Redistribute(a[:, :, 0] if env.is_last() else a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"at least one dimension"))
+@case((errors.InvalidValueError, r"at least one dimension"))
 def zero_dimensional(env):
     Redistribute(np.array(float(env.rank)), Slab.X, Slab.Y)
 
 
-@case((E.InvalidTypeError, r"inconsistent array package across ranks: .*rank {last} 'torch'"))
+@case((errors.InvalidTypeError, r"inconsistent array package across ranks: .*rank {last} 'torch'"))
 def package_differs_last(env):
     import torch
 
@@ -290,14 +290,14 @@ def package_differs_last(env):
     Redistribute(torch.from_numpy(a) if env.is_last() else a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidTypeError, r"rank 0: field 0: builtins.float not supported .* \(a tuple or list operand holds several "
+@case((errors.InvalidTypeError, r"rank 0: field 0: builtins.float not supported .* \(a tuple or list operand holds several "
                            r"fields, one array each\)"))
 def not_an_array_rank0(env):
     a, _ = operand(env)
     Redistribute([1.0, 2.0] if env.rank == 0 else a, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"The input memory layout is not C or Fortran, or is inconsistent across processes"))
+@case((errors.InvalidValueError, r"The input memory layout is not C or Fortran, or is inconsistent across processes"))
 def layout_differs_odd_ranks(env):
     a, _ = operand(env)
     Redistribute(np.asfortranarray(a) if env.rank % 2 else a, Slab.X, Slab.Y)
@@ -314,7 +314,7 @@ def layout_forced_overrides_operands(env):
         right(env, res, g)
 
 
-@case((E.InvalidValueError, r"inconsistent memory space across ranks: .*rank {last} 'cuda'"))
+@case((errors.InvalidValueError, r"inconsistent memory space across ranks: .*rank {last} 'cuda'"))
 def memory_space_differs_last(env):
     a, _ = operand(env)
     raw = RawArray(a.ctypes.data, a.shape, None, 8, memory="cuda" if env.is_last() else "cpu", device_id=0,
@@ -322,7 +322,7 @@ def memory_space_differs_last(env):
     Redistribute(raw, Slab.X, Slab.Y)
 
 
-@case((E.NotInitializedError, r"CUDA execution needs redist initialised with a GPU"))
+@case((errors.NotInitializedError, r"CUDA execution needs redist initialised with a GPU"))
 def device_memory_without_gpu(env):
     a, _ = operand(env)
     Redistribute(RawArray(a.ctypes.data, a.shape, None, 8, memory="cuda", device_id=0, dtype=a.dtype),
@@ -360,7 +360,7 @@ def overlap_replicated_input_works(env):
         right(env, r.execute(), g, "replicated input")
 
 
-@case((E.InvalidValueError, r"rank {last} output box .* is not covered by the input boxes .*element \(8, \d+, \d+\) "
+@case((errors.InvalidValueError, r"rank {last} output box .* is not covered by the input boxes .*element \(8, \d+, \d+\) "
                             r"is held by no input box"))
 def overlap_output_outside_last(env):
     a, _ = operand(env)
@@ -368,7 +368,7 @@ def overlap_output_outside_last(env):
     Redistribute(a, Slab.X, out, options=OVERLAP)
 
 
-@case((E.InvalidValueError, r"the output boxes do not tile the global array exactly: rank 0 box .* overlaps rank 1 box"))
+@case((errors.InvalidValueError, r"the output boxes do not tile the global array exactly: rank 0 box .* overlaps rank 1 box"))
 def overlap_without_the_option(env):
     a, _ = operand(env)
     Redistribute(a, Slab.X, FULL)
@@ -406,18 +406,18 @@ def result_layout_spelt_two_ways(env):
         right(env, r.execute(), g)
 
 
-@case((E.InvalidValueError, r"rank {last}: result_layout must be 'auto', 'C', 'F' or a permutation of the axes, "
+@case((errors.InvalidValueError, r"rank {last}: result_layout must be 'auto', 'C', 'F' or a permutation of the axes, "
                             r"got \(True, False, 2\)"))
 def result_layout_bools_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"result_layout": (True, False, 2)} if env.is_last() else None)
 
 
-@case((E.InvalidValueError, r"inconsistent options across ranks.*allow_overlap"))
+@case((errors.InvalidValueError, r"inconsistent options across ranks.*allow_overlap"))
 def overlap_option_differs_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"allow_overlap": env.is_last()})
 
 
-@case((E.InvalidTypeError, r"rank {last}: allow_overlap must be True or False, got 'yes'"))
+@case((errors.InvalidTypeError, r"rank {last}: allow_overlap must be True or False, got 'yes'"))
 def overlap_option_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"allow_overlap": "yes"} if env.is_last() else None)
 
@@ -425,52 +425,52 @@ def overlap_option_bad_last(env):
 # --- construction: options and streams ----------------------------------------------------------
 
 
-@case((E.InvalidValueError, r"inconsistent options across ranks"))
+@case((errors.InvalidValueError, r"inconsistent options across ranks"))
 def options_differ_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"host_method": "pack" if env.is_last() else "auto"})
 
 
-@case((E.InvalidValueError, r"rank {last}: The value specified for 'blocking' must be either True or 'auto'"))
+@case((errors.InvalidValueError, r"rank {last}: The value specified for 'blocking' must be either True or 'auto'"))
 def option_bad_value_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"blocking": False} if env.is_last() else None)
 
 
-@case((E.InvalidValueError, r"rank {last}: unknown Redistribute option\(s\) \['blokcing'\]"))
+@case((errors.InvalidValueError, r"rank {last}: unknown Redistribute option\(s\) \['blokcing'\]"))
 def option_unknown_key_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"blokcing": True} if env.is_last() else None)
 
 
-@case((E.InvalidTypeError, r"rank {last}: The Redistribute options must be provided"))
+@case((errors.InvalidTypeError, r"rank {last}: The Redistribute options must be provided"))
 def options_bad_type_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options=5 if env.is_last() else None)
 
 
-@case((E.InvalidValueError, r"rank {last}: execution must be 'auto', 'cpu' or 'cuda'"))
+@case((errors.InvalidValueError, r"rank {last}: execution must be 'auto', 'cpu' or 'cuda'"))
 def option_execution_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"execution": "gpu"} if env.is_last() else None)
 
 
-@case((E.InvalidValueError, r"rank {last}: host_method must be one of"))
+@case((errors.InvalidValueError, r"rank {last}: host_method must be one of"))
 def option_host_method_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"host_method": "fast"} if env.is_last() else None)
 
 
-@case((E.InvalidValueError, r"rank {last}: signal must be one of \('epoch', 'barrier'\)"))
+@case((errors.InvalidValueError, r"rank {last}: signal must be one of \('epoch', 'barrier'\)"))
 def option_signal_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"signal": "none"} if env.is_last() else None)
 
 
-@case((E.InvalidValueError, r"inconsistent options across ranks"))
+@case((errors.InvalidValueError, r"inconsistent options across ranks"))
 def option_signal_differs_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"signal": "barrier" if env.is_last() else "epoch"})
 
 
-@case((E.InvalidTypeError, r"rank {last}: logger must be a logging.Logger"))
+@case((errors.InvalidTypeError, r"rank {last}: logger must be a logging.Logger"))
 def option_logger_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"logger": print} if env.is_last() else None)
 
 
-@case((E.InvalidTypeError, r"rank {last}: unsupported stream object builtins.str"))
+@case((errors.InvalidTypeError, r"rank {last}: unsupported stream object builtins.str"))
 def stream_bad_object_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, stream="s0" if env.is_last() else None)
 
@@ -529,7 +529,7 @@ def empty_boxes_on_some_ranks(env):
         env.check(same_bits(r.execute(), g[sl(Slab.Z.box(env.rank, shape, nranks=env.P))]), "empty boxes")
 
 
-@case((E.NotSupportedError, r"'alltoallw'"))
+@case((errors.NotSupportedError, r"'alltoallw'"))
 def alltoallw_negative_strides_last(env):
     a, _ = operand(env)
     if env.is_last():
@@ -551,19 +551,19 @@ def every_host_method_works(env):
 # --- execute: state ---------------------------------------------------------------------------
 
 
-@case((E.InvalidStateError, r"before plan\(\) has been called"))
+@case((errors.InvalidStateError, r"before plan\(\) has been called"))
 def execute_before_plan(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y).execute()
 
 
-@case((E.InvalidStateError, r"cannot be called after free\(\)"))
+@case((errors.InvalidStateError, r"cannot be called after free\(\)"))
 def execute_after_free(env):
     r, _, _ = planned(env)
     r.free()
     r.execute()
 
 
-@case((E.InvalidStateError, r"rank {last}: Execution cannot be performed after the operand has been released"))
+@case((errors.InvalidStateError, r"rank {last}: Execution cannot be performed after the operand has been released"))
 def execute_after_release_last(env):
     r, _, _ = planned(env)
     if env.is_last():
@@ -571,7 +571,7 @@ def execute_after_release_last(env):
     r.execute()
 
 
-@case((E.InvalidStateError, r"rank 0: Execution cannot be performed after the operand has been released"))
+@case((errors.InvalidStateError, r"rank 0: Execution cannot be performed after the operand has been released"))
 def execute_after_release_everywhere(env):
     r, _, _ = planned(env)
     r.release_operand()
@@ -587,7 +587,7 @@ def execute_again_after_a_failed_call(env):
     try:
         r.execute()
         env.check(False, "execute did not raise")
-    except E.InvalidStateError:
+    except errors.InvalidStateError:
         pass
     if env.is_last():
         r.reset_operand_unchecked(a)
@@ -604,22 +604,22 @@ def _out_case(env, bad_out):
     r.execute(out=out)
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= has shape .*expected .* \(the output box"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= has shape .*expected .* \(the output box"))
 def out_wrong_shape_last(env):
     _out_case(env, lambda r, a, res: np.empty(res.shape[:-1] + (res.shape[-1] + 1,)))
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= has dtype float32, expected float64"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= has dtype float32, expected float64"))
 def out_wrong_dtype_last(env):
     _out_case(env, lambda r, a, res: np.empty(res.shape, np.float32))
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= has dtype >f8, expected float64"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= has dtype >f8, expected float64"))
 def out_wrong_byte_order_last(env):
     _out_case(env, lambda r, a, res: np.empty(res.shape, ">f8"))
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= is read-only .*output box is Box"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= is read-only .*output box is Box"))
 def out_read_only_last(env):
     frozen = {}
 
@@ -636,7 +636,7 @@ def out_read_only_last(env):
             env.check((frozen["o"] == 7.0).all(), "a read-only out= was written")
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= is read-only"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= is read-only"))
 def out_over_immutable_bytes_last(env):
     keep = {}
 
@@ -651,7 +651,7 @@ def out_over_immutable_bytes_last(env):
             env.check(keep["b"] == bytes(len(keep["b"])), "an immutable bytes object was modified")
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= overlaps the operand"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= overlaps the operand"))
 def out_aliases_operand_last(env):
     r, a, g = planned(env)
     res = r.execute()
@@ -663,25 +663,25 @@ def out_aliases_operand_last(env):
               np.empty_like(res))
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= has strides .* overlap in memory"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= has strides .* overlap in memory"))
 def out_self_overlapping_last(env):
     _out_case(env, lambda r, a, res: np.lib.stride_tricks.as_strided(np.empty(res.shape[-1]), res.shape,
                                                                       (0, 0, 8)))
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= must be a numpy array like the operand, got torch"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= must be a numpy array like the operand, got torch"))
 def out_wrong_package_last(env):
     import torch
 
     _out_case(env, lambda r, a, res: torch.empty(res.shape, dtype=torch.float64))
 
 
-@case((E.InvalidTypeError, r"rank {last}: builtins.list not supported"))
+@case((errors.InvalidTypeError, r"rank {last}: builtins.list not supported"))
 def out_not_an_array_last(env):
     _out_case(env, lambda r, a, res: [0.0] * res.size)
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=...\): out= must be in host memory"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= must be in host memory"))
 def out_device_memory_for_host_operand_last(env):
     a, g = operand(env)
     r = Redistribute(RawArray(a.ctypes.data, a.shape, None, 8, dtype=a.dtype, owner=a), Slab.X, Slab.Y)
@@ -757,7 +757,7 @@ def out_made_read_only_later_is_refused_then_fine(env):
     try:
         r.execute(out=o)
         env.check(False, "a read-only out= passed")
-    except E.InvalidValueError as e:
+    except errors.InvalidValueError as e:
         env.check(f"rank {env.last}" in str(e) and "read-only" in str(e), str(e))
     o2 = np.empty_like(res)
     right(env, r.execute(out=o2), g, "after the refused call")
@@ -779,49 +779,49 @@ def _reset_case(env, bad):
     r.reset_operand(bad(a) if env.is_last() else a.copy())
 
 
-@case((E.InvalidValueError, r"rank {last}: The new operand's data type \(float32\) doesn't match .* input box is Box"))
+@case((errors.InvalidValueError, r"rank {last}: The new operand's data type \(float32\) doesn't match .* input box is Box"))
 def reset_dtype_last(env):
     _reset_case(env, lambda a: a.astype(np.float32))
 
 
-@case((E.InvalidValueError, r"rank {last}: The new operand's data type \(>f8\) doesn't match"))
+@case((errors.InvalidValueError, r"rank {last}: The new operand's data type \(>f8\) doesn't match"))
 def reset_byte_order_last(env):
     _reset_case(env, lambda a: a.astype(">f8"))
 
 
-@case((E.InvalidValueError, r"rank {last}: The new operand's shape"))
+@case((errors.InvalidValueError, r"rank {last}: The new operand's shape"))
 def reset_shape_last(env):
     _reset_case(env, lambda a: np.zeros((a.shape[0] + 1,) + a.shape[1:]))
 
 
-@case((E.InvalidValueError, r"rank {last}: The new operand's strides"))
+@case((errors.InvalidValueError, r"rank {last}: The new operand's strides"))
 def reset_strides_last(env):
     _reset_case(env, lambda a: np.asfortranarray(a))
 
 
-@case((E.InvalidValueError, r"rank {last}: The new operand's package \(torch\)"))
+@case((errors.InvalidValueError, r"rank {last}: The new operand's package \(torch\)"))
 def reset_package_last(env):
     import torch
 
     _reset_case(env, lambda a: torch.from_numpy(a.copy()))
 
 
-@case((E.InvalidValueError, r"rank {last}: reset_operand\(\) requires a valid operand"))
+@case((errors.InvalidValueError, r"rank {last}: reset_operand\(\) requires a valid operand"))
 def reset_none_last(env):
     _reset_case(env, lambda a: None)
 
 
-@case((E.InvalidTypeError, r"rank {last}: builtins.tuple not supported"))
+@case((errors.InvalidTypeError, r"rank {last}: builtins.tuple not supported"))
 def reset_not_an_array_last(env):
     _reset_case(env, lambda a: (1, 2))
 
 
-@case((E.InvalidTypeError, r"rank {last}: dtype object holds Python object pointers"))
+@case((errors.InvalidTypeError, r"rank {last}: dtype object holds Python object pointers"))
 def reset_object_dtype_last(env):
     _reset_case(env, lambda a: a.astype(object))
 
 
-@case((E.InvalidValueError, r"rank {last}: the new operand overlaps this object's own result"))
+@case((errors.InvalidValueError, r"rank {last}: the new operand overlaps this object's own result"))
 def reset_to_own_result_last(env):
     r, a, g = planned(env)
     res = r.execute()
@@ -846,7 +846,7 @@ def reset_then_execute_and_release_then_reset(env):
     right(env, r.execute(), g2, "after reset_operand_unchecked")
 
 
-@case((E.InvalidStateError, r"cannot be called after free\(\)"))
+@case((errors.InvalidStateError, r"cannot be called after free\(\)"))
 def reset_after_free(env):
     r, a, _ = planned(env)
     r.free()
@@ -867,27 +867,27 @@ def plan_twice_free_twice_context_manager(env):
     r.free()
 
 
-@case((E.InvalidStateError, r"Redistribute.plan\(\) cannot be called after free\(\)"))
+@case((errors.InvalidStateError, r"Redistribute.plan\(\) cannot be called after free\(\)"))
 def plan_after_free(env):
     r, _, _ = planned(env)
     r.free()
     r.plan()
 
 
-@case((E.NotSupportedError, r"graph\(\) is only available for CUDA execution"))
+@case((errors.NotSupportedError, r"graph\(\) is only available for CUDA execution"))
 def graph_on_host(env):
     r, _, _ = planned(env)
     r.graph()
 
 
-@case((E.InvalidStateError, r"Redistribute.release_operand\(\) cannot be called after free\(\)"))
+@case((errors.InvalidStateError, r"Redistribute.release_operand\(\) cannot be called after free\(\)"))
 def release_after_free(env):
     r, _, _ = planned(env)
     r.free()
     r.release_operand()
 
 
-@case((E.InvalidValueError, r"rank {last} input box .* negative coordinate"))
+@case((errors.InvalidValueError, r"rank {last} input box .* negative coordinate"))
 def function_form_bad_box_last(env):
     a, box = _boxes_with(env, lambda lo, hi: ([lo[0] - 100] + lo[1:], [hi[0] - 100] + hi[1:]))
     redist.redistribute(a, box, Slab.Y)
@@ -978,25 +978,25 @@ def fields_every_host_method(env):
         r.free()
 
 
-@case((E.InvalidValueError, r"inconsistent number of fields .*: rank 0 has 3, but rank {last} 2"))
+@case((errors.InvalidValueError, r"inconsistent number of fields .*: rank 0 has 3, but rank {last} 2"))
 def fields_count_differs_last(env):
     ops, _ = fields(env)
     Redistribute(ops[:2] if env.is_last() else ops, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"inconsistent number of fields .*: rank 0 has 3, but rank {last} 0"))
+@case((errors.InvalidValueError, r"inconsistent number of fields .*: rank 0 has 3, but rank {last} 0"))
 def fields_array_instead_of_tuple_last(env):
     ops, _ = fields(env)
     Redistribute(ops[0] if env.is_last() else ops, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"rank {last}: a tuple or list operand needs at least one field"))
+@case((errors.InvalidValueError, r"rank {last}: a tuple or list operand needs at least one field"))
 def fields_empty_tuple_last(env):
     ops, _ = fields(env)
     Redistribute(() if env.is_last() else ops, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"field 1: inconsistent dtype across ranks: rank 0 has float32, but rank {last} int32"))
+@case((errors.InvalidValueError, r"field 1: inconsistent dtype across ranks: rank 0 has float32, but rank {last} int32"))
 def fields_dtype_differs_last(env):
     ops, _ = fields(env)
     if env.is_last():
@@ -1004,7 +1004,7 @@ def fields_dtype_differs_last(env):
     Redistribute(ops, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"rank {last}: field 2 has shape \(\d+, 6, 4\) but field 0 has \(\d+, 6, 5\)"))
+@case((errors.InvalidValueError, r"rank {last}: field 2 has shape \(\d+, 6, 4\) but field 0 has \(\d+, 6, 5\)"))
 def fields_shape_differs_last(env):
     ops, _ = fields(env)
     if env.is_last():
@@ -1012,7 +1012,7 @@ def fields_shape_differs_last(env):
     Redistribute(ops, Slab.X, Slab.Y)
 
 
-@case((E.InvalidValueError, r"rank {last}: the fields have different memory layouts"))
+@case((errors.InvalidValueError, r"rank {last}: the fields have different memory layouts"))
 def fields_layouts_differ_last(env):
     ops, _ = fields(env)
     if env.is_last():
@@ -1020,16 +1020,16 @@ def fields_layouts_differ_last(env):
     Redistribute(ops, Slab.X, Slab.Y)
 
 
-@case((E.NotSupportedError, r"host method 'alltoallw' moves one field"))
+@case((errors.NotSupportedError, r"host method 'alltoallw' moves one field"))
 def fields_alltoallw(env):
     from redist.engine.host import available_methods
 
     if "alltoallw" not in available_methods():
-        raise E.NotSupportedError("host method 'alltoallw' moves one field (this MPI lacks it anyway)")
+        raise errors.NotSupportedError("host method 'alltoallw' moves one field (this MPI lacks it anyway)")
     planned_fields(env, {"host_method": "alltoallw"})
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): out= must be a tuple of 3 arrays \(one per field\), "
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): out= must be a tuple of 3 arrays \(one per field\), "
                             r"got 2 entries"))
 def fields_out_wrong_length_last(env):
     r, ops, gs = planned_fields(env)
@@ -1038,7 +1038,7 @@ def fields_out_wrong_length_last(env):
     r.execute(out=outs[:2] if env.is_last() else outs)
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= has dtype float64, expected float32"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= has dtype float64, expected float32"))
 def fields_out_dtype_wrong_last(env):
     r, ops, gs = planned_fields(env)
     res = r.execute()
@@ -1048,7 +1048,7 @@ def fields_out_dtype_wrong_last(env):
     r.execute(out=tuple(outs))
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= overlaps field 0's operand"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= overlaps field 0's operand"))
 def fields_out_is_another_fields_operand_last(env):
     r, ops, gs = planned_fields(env, {"host_method": "hybrid"})
     res = r.execute()
@@ -1059,7 +1059,7 @@ def fields_out_is_another_fields_operand_last(env):
     right_fields(env, r.execute(), gs, "after the refused call")
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1's out= overlaps field 0's"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1's out= overlaps field 0's"))
 def fields_outs_overlap_each_other_last(env):
     r, ops, gs = planned_fields(env)
     res = r.execute()
@@ -1069,19 +1069,19 @@ def fields_outs_overlap_each_other_last(env):
     r.execute(out=tuple(outs))
 
 
-@case((E.InvalidValueError, r"rank {last}: field 1: The new operand's data type \(float64\) doesn't match"))
+@case((errors.InvalidValueError, r"rank {last}: field 1: The new operand's data type \(float64\) doesn't match"))
 def fields_reset_one_field_wrong_dtype_last(env):
     r, ops, gs = planned_fields(env)
     r.reset_operand(ops[1].astype(np.float64) if env.is_last() else ops[1], field=1)
 
 
-@case((E.InvalidValueError, r"rank {last}: reset_operand\(\) needs a tuple of 3 arrays"))
+@case((errors.InvalidValueError, r"rank {last}: reset_operand\(\) needs a tuple of 3 arrays"))
 def fields_reset_wrong_count_last(env):
     r, ops, gs = planned_fields(env)
     r.reset_operand(ops[:2] if env.is_last() else ops)
 
 
-@case((E.InvalidValueError, r"rank {last}: field must be an int in \[0, 3\), got 3"))
+@case((errors.InvalidValueError, r"rank {last}: field must be an int in \[0, 3\), got 3"))
 def fields_reset_field_out_of_range_last(env):
     r, ops, gs = planned_fields(env)
     r.reset_operand(ops[0], field=3 if env.is_last() else 0)
@@ -1135,7 +1135,7 @@ def fields_large_parts_every_host_method(env):
         r.free()
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 3: out= has dtype float64, expected float32"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 3: out= has dtype float64, expected float32"))
 def fields_large_parts_bad_out_last(env):
     """A failed call with several messages per pair leaves every message matched: the next call is right."""
     r, gs = big_fields(env, {"host_method": "pack"})
@@ -1149,7 +1149,7 @@ def fields_large_parts_bad_out_last(env):
         right_big(env, r.execute(), gs, "the call after the refused one")
 
 
-@case((E.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= overlaps field 0's engine-owned result"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=\.\.\.\): field 1: out= overlaps field 0's engine-owned result"))
 def fields_out_is_another_fields_result_last(env):
     """Field 1 written into field 0's engine-owned result (which the exchange writes too): refused,
     with every host method (push writes results first, then copies into out=)."""
@@ -1160,14 +1160,14 @@ def fields_out_is_another_fields_result_last(env):
     r.execute(out=(None, res[0] if env.is_last() else None))
 
 
-@case((E.InvalidStateError, r"reset_operand_unchecked\(field=\.\.\.\) needs every field bound"))
+@case((errors.InvalidStateError, r"reset_operand_unchecked\(field=\.\.\.\) needs every field bound"))
 def fields_unchecked_field_after_release(env):
     r, ops, gs = planned_fields(env)
     r.release_operand()
     r.reset_operand_unchecked(ops[1], field=1)
 
 
-@case((E.InvalidValueError, r"field= needs a Redistribute of several fields"))
+@case((errors.InvalidValueError, r"field= needs a Redistribute of several fields"))
 def field_given_for_one_array(env):
     r, a, g = planned(env)
     r.reset_operand_unchecked(a, field=0)

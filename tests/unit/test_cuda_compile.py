@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from helpers import expected_bytes, global_bytes, operand_bytes, random_boxes, slab_boxes, strided_operand
 from redist.engine import geometry as geo
-from redist.engine.cuda import kernels as K
+from redist.engine.cuda import kernels
 from redist.engine.cuda.emulator import emulate_job
 from redist.engine.cuda.launch_list import align_of, build_launch_list
 from redist.engine.errors import InvalidStateError, InvalidValueError
@@ -27,7 +27,7 @@ def _nvrtc_available() -> bool:
     try:
         from cuda.core import Program  # noqa: F401
 
-        K.compile_family(0, 0, "90")
+        kernels.compile_family(0, 0, "90")
         return True
     except Exception:  # noqa: BLE001
         return False
@@ -55,7 +55,7 @@ def run_case(
     in_offsets=None,
     out_delta=0,
     vec=None,
-    seg_limit=K.SEG_LIMIT,
+    seg_limit=kernels.SEG_LIMIT,
     seed=1,
     signal="epoch",
     epochs=2,
@@ -118,17 +118,17 @@ def test_fast_divmod():
         np.uint64
     )
     for d in divisors:
-        mul, shr = K.fast_divmod_params(d)
+        mul, shr = kernels.fast_divmod_params(d)
         q = n if mul == 0 else (n * np.uint64(mul)) >> np.uint64(32 + shr)
         assert np.array_equal(q, n // np.uint64(d)), d
 
 
 def test_seg_layout():
-    assert K.SEG_DTYPE.itemsize == 328
-    assert K.SEG_DTYPE.fields["sstride"][1] == 192 and K.SEG_DTYPE.fields["run_mul"][1] == 56
-    src = K.family_source(256, 2)
-    assert "static_assert(sizeof(Seg) == 328" in src and K.kernel_name(256, 2, 16) in src
-    assert K.family_widths(0) == (16, 8, 4, 2, 1) and K.family_widths(12) == (4, 2, 1)
+    assert kernels.SEG_DTYPE.itemsize == 328
+    assert kernels.SEG_DTYPE.fields["sstride"][1] == 192 and kernels.SEG_DTYPE.fields["run_mul"][1] == 56
+    src = kernels.family_source(256, 2)
+    assert "static_assert(sizeof(Seg) == 328" in src and kernels.kernel_name(256, 2, 16) in src
+    assert kernels.family_widths(0) == (16, 8, 4, 2, 1) and kernels.family_widths(12) == (4, 2, 1)
 
 
 @needs_nvrtc
@@ -136,7 +136,7 @@ def test_compile_every_family_for_sm90():
     """Every family shape (nout 0..MAXD with a per-segment run length) of every kind (plain, the
     epoch protocol's copy and unpack) and the fixed run lengths that itemsizes 1..16 produce, each
     for all its vector widths, compile to sm_90 cubins."""
-    fams = {(0, n, kind) for n in range(K.MAXD + 1) for kind in K.KINDS}
+    fams = {(0, n, kind) for n in range(kernels.MAXD + 1) for kind in kernels.KINDS}
     for itemsize in range(1, 17):
         fams.add((itemsize * 5, 1 + itemsize % 3, "plain"))
     # and the families real plans ask for, in both signal modes
@@ -148,14 +148,14 @@ def test_compile_every_family_for_sm90():
                 for t in ("push", "put"):
                     for signal in ("epoch", "barrier"):
                         fams |= build_launch_list(pl, transport=t, signal=signal).families()
-    assert {k for _, _, k in fams} == set(K.KINDS)
+    assert {k for _, _, k in fams} == set(kernels.KINDS)
     for run, nout, kind in sorted(fams):
-        obj = K.compile_family(run, nout, "90", kind)
+        obj = kernels.compile_family(run, nout, "90", kind)
         assert obj.code_type == "cubin"
         code = bytes(obj.code)
         assert code[:4] == b"\x7fELF", "not a cubin"
-        for v in K.family_widths(run):
-            assert K.kernel_name(run, nout, v, kind).encode() in code
+        for v in kernels.family_widths(run):
+            assert kernels.kernel_name(run, nout, v, kind).encode() in code
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,9 +344,9 @@ def test_emulate_tiled_transposes(itemsize, transport):
     lls = run_case(ib, slab_boxes(g, 2, 1), itemsize, transport=transport, order=(0, 2, 1), strides=c_order(ib),
                    seed=5)
     tiled = [s for ll in lls for k in ll.kernels for s in k.segments if s.tile_a is not None]
-    assert bool(tiled) == (itemsize in K.VEC_WIDTHS), itemsize
+    assert bool(tiled) == (itemsize in kernels.VEC_WIDTHS), itemsize
     for s in tiled:  # one block per tile, as the kernel deals them
-        assert K.tile_count(s.outer, s.tile_a, s.row_bytes) > 1
+        assert kernels.tile_count(s.outer, s.tile_a, s.row_bytes) > 1
     if itemsize in (4, 8):  # a misaligned operand: narrower vectors, the row-by-row path
         run_case(ib, slab_boxes(g, 2, 1), itemsize, transport=transport, order=(0, 2, 1), strides=c_order(ib),
                  in_offsets=[2, 2], seed=6)
@@ -357,7 +357,7 @@ def test_emulate_tiled_transposes(itemsize, transport):
     ib2 = slab_boxes((40, 50), 2, 0)
     lls = run_case(ib2, slab_boxes((40, 50), 2, 1), itemsize, transport=transport, order="F", strides=c_order(ib2),
                    seed=8)
-    assert any(s.tile_a is not None for ll in lls for k in ll.kernels for s in k.segments) == (itemsize in K.VEC_WIDTHS)
+    assert any(s.tile_a is not None for ll in lls for k in ll.kernels for s in k.segments) == (itemsize in kernels.VEC_WIDTHS)
 
 
 def test_replicated_inputs_only_the_lowest_holder_talks():
@@ -475,7 +475,7 @@ def test_emulate_negative_and_zero_strides(transport):
 def test_emulate_every_vector_width():
     g = (8, 16, 16)
     ib, ob = slab_boxes(g, 2, 0), slab_boxes(g, 2, 2)
-    for v in K.VEC_WIDTHS:
+    for v in kernels.VEC_WIDTHS:
         for t in ("push", "put"):
             run_case(ib, ob, 16, transport=t, vec=v)
 
@@ -493,12 +493,12 @@ def test_emulate_split_segments():
 
 
 def test_blocks_split():
-    assert K.blocks_for([100], 132) == [1]
-    chunk = K.BLOCK * K.ILP * 16
-    assert K.blocks_for([3 * chunk + 1], 132) == [4]  # one block per chunk below the cap
-    b = K.blocks_for([1 << 30, 1 << 30], 132)
-    assert b[0] == b[1] and sum(b) <= 132 * K.GRID_PER_SM
-    assert K.blocks_for([1 << 30, 10], 132)[1] == 1
+    assert kernels.blocks_for([100], 132) == [1]
+    chunk = kernels.BLOCK * kernels.ILP * 16
+    assert kernels.blocks_for([3 * chunk + 1], 132) == [4]  # one block per chunk below the cap
+    b = kernels.blocks_for([1 << 30, 1 << 30], 132)
+    assert b[0] == b[1] and sum(b) <= 132 * kernels.GRID_PER_SM
+    assert kernels.blocks_for([1 << 30, 10], 132)[1] == 1
 
 
 def test_modules_import_without_gpu():
@@ -613,16 +613,16 @@ class _Driver:
 
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shm, stream, argv, extra):
         run, nout, vec, kind = _FUNCS[func]
-        assert (gy, gz, by, bz) == (1, 1, 1, 1) and shm in (0, K.TILE_SHARED_BYTES) and bx == K.BLOCK
+        assert (gy, gz, by, bz) == (1, 1, 1, 1) and shm in (0, kernels.TILE_SHARED_BYTES) and bx == kernels.BLOCK
         nargs = 3 if kind == "plain" else 11
         ptrs = (ctypes.c_void_p * nargs).from_address(argv)
-        bases = (ctypes.c_int64 * (2 * K.MAXF)).from_address(ptrs[0])  # the Bases argument, by value
-        in_base = [b & K.ALL_ONES for b in bases[:K.MAXF]]
-        delta = list(bases[K.MAXF:])
+        bases = (ctypes.c_int64 * (2 * kernels.MAXF)).from_address(ptrs[0])  # the Bases argument, by value
+        in_base = [b & kernels.ALL_ONES for b in bases[:kernels.MAXF]]
+        delta = list(bases[kernels.MAXF:])
         table = ctypes.c_void_p.from_address(ptrs[1]).value
         nsegs = ctypes.c_int.from_address(ptrs[2]).value
-        tab = np.frombuffer(self.hub.read(table, max(nsegs, 1) * K.SEG_DTYPE.itemsize).tobytes(),
-                            dtype=K.SEG_DTYPE)[:nsegs]
+        tab = np.frombuffer(self.hub.read(table, max(nsegs, 1) * kernels.SEG_DTYPE.itemsize).tobytes(),
+                            dtype=kernels.SEG_DTYPE)[:nsegs]
         hub = self.hub
         if kind != "plain":  # the epoch protocol, as copy.cu runs it (waits spin on other ranks' threads)
             ctl = ctypes.c_void_p.from_address(ptrs[3]).value
@@ -634,12 +634,12 @@ class _Driver:
                 hub.write(int(proto[i]), np.array([e], np.uint64).view(np.uint8))
             for seg in tab:
                 peer = int(seg["peer"])
-                if peer == K.NO_PEER:
+                if peer == kernels.NO_PEER:
                     continue
                 if kind == "epoch_unpack":
-                    self._wait(ctl + 8 * (K.CTL_PEERS + 2 * P + peer), e, f"put signal of {peer}")
+                    self._wait(ctl + 8 * (kernels.CTL_PEERS + 2 * P + peer), e, f"put signal of {peer}")
                 elif wait or int(seg["dst_mask"]) == 0:
-                    self._wait(ctl + 8 * (K.CTL_PEERS + peer), e, f"credit of {peer}")
+                    self._wait(ctl + 8 * (kernels.CTL_PEERS + peer), e, f"credit of {peer}")
 
         def load(addr, v):
             buf, off = hub.locate(int(addr.min()), int(addr.max() - addr.min()) + v)
@@ -653,7 +653,7 @@ class _Driver:
             buf[rel[:, None] + np.arange(v)[None, :]] = data
 
         if nsegs:
-            K.emulate(tab, vec=vec, run_bytes=run, nout=nout, grid=gx, in_base=in_base, out_delta=delta, load=load,
+            kernels.emulate(tab, vec=vec, run_bytes=run, nout=nout, grid=gx, in_base=in_base, out_delta=delta, load=load,
                       store=store)
         if kind != "plain":
             if kind == "epoch":
@@ -661,7 +661,7 @@ class _Driver:
                     hub.write(int(proto[ncredit + j]), np.array([e], np.uint64).view(np.uint8))
                 for i in range(nwait):
                     src = int(proto[ncredit + narrive + i])
-                    self._wait(ctl + 8 * (K.CTL_PEERS + P + src), e, f"arrival of {src}")
+                    self._wait(ctl + 8 * (kernels.CTL_PEERS + P + src), e, f"arrival of {src}")
             if bump:
                 hub.write(ctl, np.array([e], np.uint64).view(np.uint8))
         self.launches += 1
@@ -788,7 +788,7 @@ class _Runtime:
 
     def functions(self, run, nout, kind="plain"):
         out = {}
-        for v in K.family_widths(run):
+        for v in kernels.family_widths(run):
             code = 0x1000 + len(_FUNCS)
             _FUNCS[code] = (run, nout, v, kind)
             out[v] = code
@@ -1033,8 +1033,8 @@ def test_fused_fields_limit():
     from redist.engine.plan import fuse
 
     boxes = [((0,), (4,))]
-    plan = fuse([make_plan(0, boxes, boxes, itemsize=4)] * (K.MAXF + 1))
-    with pytest.raises(NotSupportedError, match=f"at most {K.MAXF} fields"):
+    plan = fuse([make_plan(0, boxes, boxes, itemsize=4)] * (kernels.MAXF + 1))
+    with pytest.raises(NotSupportedError, match=f"at most {kernels.MAXF} fields"):
         build_launch_list(plan)
 
 
