@@ -402,10 +402,7 @@ class Redistribute(Generic[ArrayT]):
                     self._exe.bind_output(None, f)
                     self._outs[f] = None
                 continue
-            problem = problem or self._bind_out(o, f)
-            hit = self._out_checked.get((id(o), f))
-            if hit is not None:
-                ranges.append((f, hit[2], hit[3]))
+            problem = problem or self._bind_out(o, f, ranges)
         self._outs_bound = any(o is not None for o in self._outs)
         for i, (f, lo, hi) in enumerate(ranges):  # two fields written into the same bytes
             for g, lo2, hi2 in ranges[i + 1:]:
@@ -413,9 +410,9 @@ class Redistribute(Generic[ArrayT]):
                     problem = self._out_failed(f"field {g}'s out= overlaps field {f}'s", None)
         return tuple(r if o is None else o for r, o in zip(self._result, out)), problem
 
-    def _bind_out(self, out, field: int) -> collective.Problem | None:
+    def _bind_out(self, out, field: int, ranges: list | None = None) -> collective.Problem | None:
         """Check field ``field``'s ``out`` locally and bind it; its problem (None if fine) for the
-        call's agreement.
+        call's agreement. ``ranges`` (several fields) receives ``(field, lo, hi)``, the bytes it spans.
 
         Objects checked before are kept (weakly) with their buffer, so a loop that alternates
         between a few out= arrays re-checks only what can change: writability and overlap with
@@ -449,6 +446,8 @@ class Redistribute(Generic[ArrayT]):
                                                            lo, hi)
                 except TypeError:  # an object without weak references: checked every time
                     pass
+            if ranges is not None:
+                ranges.append((field, lo, hi))
             if self._template.package == "numpy" and not out.flags.writeable:
                 return self._out_failed("out= is read-only", field)
             if self._state is _State.READY:
