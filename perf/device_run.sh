@@ -34,7 +34,8 @@ for s in "$@"; do
     REDIST_SHARED_GPU=1 timeout ${SHARED_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda.py tests/cabi/test_cabi.py -k "shared and (${SHARED_K:-P2})" 2>&1 | tee -a "$OUT/pytest_shared.txt" | tail -15 ;;
   cabi)
     step "C ABI device example"
-    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/cabi/test_cabi.py -k device 2>&1 | tee "$OUT/pytest_cabi_gpu.txt" | tail -5 ;;
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/cabi/test_cabi.py -k device 2>&1 | tee "$OUT/pytest_cabi_gpu.txt" | tail -5
+    REDIST_SHARED_GPU=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/cabi/test_cabi.py -k "device_loop and P2" 2>&1 | tee -a "$OUT/pytest_cabi_gpu.txt" | tail -3 ;;
   bench)
     step "bench P=1 (this tree)"
     timeout 300 $MPI -n 1 python3 perf/bench_cuda.py --sizes 32 128 512 --iters 100 --reps 9 --out "$OUT/bench_p1_new.md" 2>&1 | grep -v '^{' | tail -8 ;;

@@ -56,6 +56,12 @@ def graph_handles(graph) -> tuple[int, int]:
             return int(graph[0]), int(graph[1])
         except (TypeError, ValueError) as e:
             raise InvalidTypeError(f"a (graph, graph_exec) pair must hold two handles (ints), got {graph!r}") from e
+    if hasattr(graph, "graphExec"):  # cupy.cuda.Graph
+        g, ge = int(graph.graph), int(graph.graphExec)
+        if not g:
+            raise InvalidValueError("this cupy Graph no longer holds its cudaGraph_t (cupy < 13 destroys it after "
+                                    "instantiating): update_captured needs cupy 13 or newer")
+        return g, ge
     name = f"{type(graph).__module__}.{type(graph).__qualname__}"
     if hasattr(graph, "raw_cuda_graph"):  # torch.cuda.CUDAGraph
         try:
@@ -72,12 +78,6 @@ def graph_handles(graph) -> tuple[int, int]:
         except RuntimeError as e:
             raise InvalidStateError("the torch graph is not instantiated yet: call instantiate() (or replay() once) "
                                     "before update_captured") from e
-        return g, ge
-    if hasattr(graph, "graphExec") and hasattr(graph, "graph"):  # cupy.cuda.Graph
-        g, ge = int(graph.graph), int(graph.graphExec)
-        if not g:
-            raise InvalidValueError("this cupy Graph no longer holds its cudaGraph_t (cupy < 13 destroys it after "
-                                    "instantiating): update_captured needs cupy 13 or newer")
         return g, ge
     raise InvalidTypeError(f"unsupported graph object {name}: pass a torch.cuda.CUDAGraph, a cupy.cuda.Graph or a "
                            "(cudaGraph_t, cudaGraphExec_t) pair")

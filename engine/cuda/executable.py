@@ -142,7 +142,8 @@ class CudaExecutable:
         # copies of this exchange in the user's captures: {the user's CUgraph: [_Copy...]} (the base holds them)
         self._captured: dict[int, list[_Copy]] = {}  # what update_captured finds, by the graph they are in
         self._copies: list[_Copy] = []  # every copy that may still run (what free() must wait for)
-        self._validated: set[tuple[int, int]] = set()  # (graph, exec) pairs whose copies were found in the graph
+        # (graph, exec) -> (its copies, found in the graph; the kernel-node updates that rebind them)
+        self._updates: dict[tuple[int, int], tuple[list[_Copy], list | None]] = {}
         self._agreed_deltas: tuple | None = None  # the active variant's out= offsets at the last agreed execute
         self._retirements = 0  # variants evicted while copies of them were alive
         self._capture_status = rt.driver.capture_status
@@ -495,23 +496,39 @@ class CudaExecutable:
         return None
 
     def _record(self, exe: CudaExecutable, stream: int, sync: bool) -> None:
-        """Add variant ``exe``'s graph, with the bindings of now, to the capture under way on ``stream``."""
+        """Add variant ``exe``'s exchange, with the bindings of now, to the capture under way on ``stream``.
+
+        An exchange of kernels only (one rank; push with the epoch protocol: the usual case) is
+        launched straight into the capture, one kernel node each, as the user's own kernels are;
+        one with NVSHMEM stream operations (puts, barriers) goes in as one child-graph node, a copy
+        of our graph (NVSHMEM is never called inside the user's capture).
+        """
         from .graph import join_capture
 
+        drv = self._drv
         if bool(sync) != exe._wait:
             exe._set_wait(bool(sync))
-        for kern in exe._kernels.values():
-            kern.launch.update_template()
-        _, _, user_graph, _ = self._drv.capture_info(stream)
-        token = self._drv.attach_token(user_graph)  # first: harmless if what follows fails
-        user_graph, cid, node = join_capture(self._drv, stream, exe._exec.graph)
-        kernels = []
-        try:  # our kernels' nodes inside the copy, found by their segment tables
-            funcs = {f for kern in exe._kernels.values() for f in kern.launch.funcs.values()}
-            inside = self._drv.child_kernels(node, funcs)
-            kernels = [(kern.launch, inside[kern.table_ptr]) for kern in exe._kernels.values()]
-        except (CudaError, KeyError):  # then update_captured rewrites the whole child
-            kernels = []
+        _, _, user_graph, _ = drv.capture_info(stream)
+        token = drv.attach_token(user_graph)  # first: harmless if what follows fails
+        node, kernels = 0, []
+        if all(st.op == "kernel" for st in exe.launch_list.steps):
+            for st in exe.launch_list.steps:
+                kern = exe._kernels[st.kernel.name]
+                kern.launch.launch(stream)
+                _, cid, _, deps = drv.capture_info(stream)
+                if len(deps) != 1:
+                    raise CudaError(f"expected one captured node for the {st.kernel.name} kernel, got {len(deps)}")
+                kernels.append((kern.launch, deps[0]))
+        else:
+            for kern in exe._kernels.values():
+                kern.launch.update_template()
+            user_graph, cid, node = join_capture(drv, stream, exe._exec.graph)
+            try:  # our kernels' nodes inside the copy, found by their segment tables
+                funcs = {f for kern in exe._kernels.values() for f in kern.launch.funcs.values()}
+                inside = drv.child_kernels(node, funcs)
+                kernels = [(kern.launch, inside[kern.table_ptr]) for kern in exe._kernels.values()]
+            except (CudaError, KeyError):  # then update_captured rewrites the whole child
+                kernels = []
         copy = _Copy(cid, node, exe, token, kernels)
         self._copies.append(copy)
         copies = self._captured.get(user_graph)
@@ -520,10 +537,14 @@ class CudaExecutable:
             # _copies while an exec of it may run), or a second capture into one graph (cuStreamBeginCaptureToGraph)
             copies = None
         self._captured[user_graph] = (copies or []) + [copy]
+        self._forget_updates(user_graph)
         self._prune_copies()
         if self._logger is not None:
-            self._logger.info("cuda: exchange recorded into the capture on stream 0x%x (graph 0x%x, node 0x%x)",
-                              stream, user_graph, node)
+            self._logger.info("cuda: exchange recorded into the capture on stream 0x%x (graph 0x%x, %s)", stream,
+                              user_graph, f"child node 0x{node:x}" if node else f"{len(kernels)} kernel node(s)")
+
+    def _forget_updates(self, graph: int) -> None:
+        self._updates = {k: v for k, v in self._updates.items() if k[0] != graph}
 
     def _prune_copies(self) -> None:
         """Forget copies whose user graph and execs are all gone."""
@@ -531,7 +552,7 @@ class CudaExecutable:
         live = {id(c) for c in self._copies}
         for g in [g for g, cs in self._captured.items() if not any(id(c) in live for c in cs)]:
             del self._captured[g]
-            self._validated = {k for k in self._validated if k[0] != g}
+            self._forget_updates(g)
 
     def _live_copies(self, variant: CudaExecutable | None = None) -> bool:
         """Whether a user graph (or an exec made from it) may still run a copy (of ``variant``, or any)."""
@@ -547,28 +568,17 @@ class CudaExecutable:
         last execute) into every copy of this exchange that execute() recorded into ``graph``, in
         ``graph_exec`` (an exec instantiated from ``graph``). Local; returns how many copies.
 
-        The copies keep their bindings until this is called (a child-graph update per copy:
-        ``cuGraphExecChildGraphNodeSetParams``; launches already enqueued are not affected).
+        The copies keep their bindings until this is called: it rewrites their kernel nodes in
+        ``graph_exec`` (``cuGraphExecKernelNodeSetParams``, one call per kernel; launches already
+        enqueued are not affected).
         """
         if self._freed:
             raise InvalidStateError("update_captured: this CUDA executable has been freed")
         if not self._bound:
             raise InvalidStateError("update_captured: no operand is bound (it was released): call reset_operand() "
                                     "first")
-        copies = [c for c in self._captured.get(graph, ()) if c.token.alive()]
-        if not copies:
-            raise InvalidValueError(
-                f"update_captured: graph 0x{graph:x} holds no copy of this exchange (execute() records one when "
-                "it runs on a capturing stream; pass the graph that capture produced, not a clone)")
-        if (graph, graph_exec) not in self._validated:
-            nodes = set(self._drv.graph_nodes(graph))
-            missing = [c for c in copies if c.node not in nodes]
-            if missing:
-                raise InvalidValueError(
-                    f"update_captured: {len(missing)} of the {len(copies)} copies of this exchange recorded into graph "
-                    f"0x{graph:x} are no longer in it (nodes removed, or the graph was destroyed and the handle "
-                    "reused)")
-            self._validated.add((graph, graph_exec))
+        prepared = self._updates.get((graph, graph_exec)) or self._prepare_update(graph, graph_exec)
+        copies, calls = prepared
         active = self._active
         if self._agree and self._agreed_deltas is not None and tuple(active._out_deltas) != self._agreed_deltas:
             raise InvalidStateError("update_captured: the out= bound now has not been agreed by every rank (the "
@@ -578,29 +588,62 @@ class CudaExecutable:
                 raise InvalidStateError(
                     "update_captured: a copy in this graph was captured with an out= of other strides than the last "
                     "execute()'s (another out= layout); execute() once with an out= of those strides, or capture again")
-        drv, templated = self._drv, False
-        for c in copies:
-            rc, direct = 1, bool(c.kernels and _DIRECT_UPDATES[0])
-            if direct:  # the copy's kernel nodes, in place: one call per kernel
-                fn = drv.cuGraphExecKernelNodeSetParams
-                for launch, nd in c.kernels:
-                    rc = fn(graph_exec, nd, launch._pref)
-                    if rc:
-                        break
-            if rc:  # the whole child, from our graph brought up to date
-                if not templated:
-                    for kern in active._kernels.values():
-                        kern.launch.update_template()
-                    templated = True
-                rc = drv.cuGraphExecChildGraphNodeSetParams(graph_exec, c.node, active._exec.graph)
-                if not rc and direct:
-                    _DIRECT_UPDATES[0] = False  # the exec is fine: the driver refuses nodes inside a child graph
-            if rc:
-                from .graph import _err_name
+        if calls is not None:  # the copies' kernel nodes, in place: one call per kernel
+            fn = self._drv.cuGraphExecKernelNodeSetParams
+            for nd, pref in calls:
+                if fn(graph_exec, nd, pref):
+                    break
+            else:
+                return len(copies)
+        self._update_children(copies, graph, graph_exec)
+        return len(copies)
 
+    def _prepare_update(self, graph: int, graph_exec: int) -> tuple[list[_Copy], list | None]:
+        """The copies recorded into ``graph`` (checked to be in it, once per (graph, exec)) and the
+        kernel-node updates that rebind them (None: a copy needs its whole child rewritten)."""
+        copies = list(self._captured.get(graph, ()))
+        if not copies:
+            raise InvalidValueError(
+                f"update_captured: graph 0x{graph:x} holds no copy of this exchange (execute() records one when "
+                "it runs on a capturing stream; pass the graph that capture produced, not a clone)")
+        nodes = set(self._drv.graph_nodes(graph))
+        missing = [c for c in copies if (c.node not in nodes if c.node else any(nd not in nodes for _, nd in c.kernels))]
+        if missing:
+            raise InvalidValueError(
+                f"update_captured: {len(missing)} of the {len(copies)} copies of this exchange recorded into graph "
+                f"0x{graph:x} are no longer in it (nodes removed, or the graph was destroyed and the handle reused)")
+        nested = _DIRECT_UPDATES[0]
+        calls = None
+        if all(c.kernels and (nested or not c.node) for c in copies):
+            calls = [(nd, launch._pref) for c in copies for launch, nd in c.kernels]
+        self._updates[(graph, graph_exec)] = (copies, calls)
+        return copies, calls
+
+    def _update_children(self, copies: list[_Copy], graph: int, graph_exec: int) -> None:
+        """update_captured's slow path: rewrite each copy's whole child graph from ours (brought up
+        to date first); kernel nodes recorded flat are rewritten one by one."""
+        from .graph import _err_name
+
+        drv, active, templated = self._drv, self._active, False
+        for c in copies:
+            if not c.node:  # recorded flat: its kernel nodes are the user's graph's own
+                for launch, nd in c.kernels:
+                    rc = drv.cuGraphExecKernelNodeSetParams(graph_exec, nd, launch._pref)
+                    if rc:
+                        raise CudaError(f"update_captured: cuGraphExecKernelNodeSetParams failed with CUresult {rc}"
+                                        f"{_err_name(rc)} (is graph_exec instantiated from graph 0x{graph:x}?)")
+                continue
+            if not templated:
+                for kern in active._kernels.values():
+                    kern.launch.update_template()
+                templated = True
+            rc = drv.cuGraphExecChildGraphNodeSetParams(graph_exec, c.node, active._exec.graph)
+            if rc:
                 raise CudaError(f"update_captured: cuGraphExecChildGraphNodeSetParams failed with CUresult {rc}"
                                 f"{_err_name(rc)} (is graph_exec instantiated from graph 0x{graph:x}?)")
-        return len(copies)
+            if c.kernels and _DIRECT_UPDATES[0]:  # the exec is fine: the driver refuses nodes inside a child graph
+                _DIRECT_UPDATES[0] = False
+                self._updates.clear()
 
     def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None) -> None:
         """The agreed execute on this variant: the graph launch (or the slow path)."""

@@ -1435,7 +1435,9 @@ def test_capture_into_the_users_graph_on_a_simulated_job(p, transport, signal, n
         assert drv.launches == launches, "nothing may run while the stream captures"
         assert drv.capture_status(_USER) == 1, "the user's capture must stay valid"
         graph = drv.end_capture(_USER)
-        assert [drv.node_type(nd) for nd in drv.graph_nodes(graph)] == ["op", "graph", "op"]
+        child = any(st.op != "kernel" for st in exe.launch_list.steps)  # NVSHMEM steps: one child-graph node
+        middle = ["graph"] if child else ["kernel"] * len(exe.launch_list.kernels)
+        assert [drv.node_type(nd) for nd in drv.graph_nodes(graph)] == ["op", *middle, "op"]
         gexec = drv.instantiate(graph)
         assert exe.captured_copies() == 1
         for it in range(6):
@@ -1457,7 +1459,8 @@ def test_capture_into_the_users_graph_on_a_simulated_job(p, transport, signal, n
         assert np.array_equal(rt.hub.read(sink, n), want[1]), "the copy must keep its old operand"
         rt.comm.allgather(None)
         assert exe.update_captured(graph, gexec) == 1
-        assert executable._DIRECT_UPDATES[0] == nested
+        if child:  # (the flag is per process: here the rank threads share it)
+            assert executable._DIRECT_UPDATES[0] == nested
         drv.cuGraphLaunch(gexec, _USER)
         rt.comm.allgather(None)
         assert np.array_equal(rt.hub.read(sink, n), want[2]), "update_captured must rebind the copy"
@@ -1581,7 +1584,7 @@ def test_two_exchanges_in_one_captured_step():
         fwd.execute(_USER)
         back.execute(_USER)
         graph = drv.end_capture(_USER)
-        assert [drv.node_type(nd) for nd in drv.graph_nodes(graph)] == ["op", "graph", "graph"]
+        assert [drv.node_type(nd) for nd in drv.graph_nodes(graph)] == ["op", "kernel", "kernel"]  # recorded flat
         gexec = drv.instantiate(graph)
         for it in range(4):
             state["k"] = it % 2

@@ -507,7 +507,9 @@ def run_readme(fails: Fails):
     text = open(readme).read()
     section = text[text.index("### Capturing a whole time step"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    _setup()
+    import cupy as cp  # the example initialises redist itself (local rank modulo the GPUs)
+
+    cp.cuda.Device(local_device()).use()
     case = Case(fails, "readme")
     case("capture example", lambda: exec(compile(code, "README.md (capture example)", "exec"), {}))
 
