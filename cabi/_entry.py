@@ -521,6 +521,11 @@ def _update_graph_exec(hid, graph, graph_exec, ncopies_p):
     return 0
 
 
+def _release_captured(hid):
+    (_handles.get(hid) or _lookup(hid)).r.release_captured()
+    return 0
+
+
 _BODIES = {
     "_redist_py_initialize": _initialize,
     "_redist_py_finalize": _finalize,
@@ -541,6 +546,7 @@ _BODIES = {
     "_redist_py_free": _free,
     "_redist_py_graph": _graph,
     "_redist_py_update_graph_exec": _update_graph_exec,
+    "_redist_py_release_captured": _release_captured,
 }
 
 

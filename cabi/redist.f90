@@ -99,7 +99,8 @@ module redist
   public :: redist_initialize, redist_finalize, redist_comm_rank, redist_create, redist_plan, redist_execute
   public :: redist_execute_strided
   public :: redist_reset_operand, redist_reset_operand_unchecked, redist_release_operand, redist_free
-  public :: redist_graph, redist_update_graph_exec, redist_get_error_string, redist_get_last_error, redist_version
+  public :: redist_graph, redist_get_error_string, redist_get_last_error, redist_version
+  public :: redist_update_graph_exec, redist_release_captured
   public :: redist_create_ex, redist_options_init_f, redist_options_result_order_f
   public :: redist_create_f, redist_string, redist_last_error_message, redist_error_message
   public :: redist_create_fields, redist_get_nfields, redist_execute_fields, redist_execute_fields_strided
@@ -348,6 +349,13 @@ module redist
       integer(c_int32_t), intent(out) :: ncopies
       integer(c_int32_t) :: status
     end function redist_update_graph_exec
+
+    !> Local: the application's graphs holding copies of this exchange are destroyed (call before redist_free).
+    function redist_release_captured(handle) bind(C, name="redist_release_captured") result(status)
+      import :: redist_t, c_int32_t
+      type(redist_t), value :: handle
+      integer(c_int32_t) :: status
+    end function redist_release_captured
 
     !> Static C text for a status (see redist_error_message for a Fortran string).
     function redist_get_error_string(status) bind(C, name="redist_get_error_string") result(str)

@@ -367,6 +367,14 @@ redist_status_t redist_graph(redist_t handle, void *stream, void **cuda_graph);
  */
 redist_status_t redist_update_graph_exec(redist_t handle, void *cuda_graph, void *cuda_graph_exec, int32_t *ncopies);
 
+/**
+ * @brief Declare that no graph of the application holding a copy of this exchange (recorded by
+ * redist_execute during a capture) will be launched again: the application destroyed them. Local.
+ * Until then redist_free keeps the memory the copies use (freed at redist_finalize) and
+ * `release_workspace` is refused. Call it before redist_free. Host memory: does nothing.
+ */
+redist_status_t redist_release_captured(redist_t handle);
+
 /** @brief Static text describing a status code ("unknown status" for others). */
 const char *redist_get_error_string(redist_status_t status);
 

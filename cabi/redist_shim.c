@@ -85,6 +85,7 @@ static int32_t _redist_py_release_operand(intptr_t);
 static int32_t _redist_py_free(intptr_t);
 static int32_t _redist_py_graph(intptr_t, uintptr_t, uintptr_t *);
 static int32_t _redist_py_update_graph_exec(intptr_t, uintptr_t, uintptr_t, int32_t *);
+static int32_t _redist_py_release_captured(intptr_t);
 
 /* --- start-up ----------------------------------------------------------------------------- */
 
@@ -404,6 +405,12 @@ CFFI_DLLEXPORT redist_status_t redist_update_graph_exec(redist_t handle, void *c
     if (ncopies != NULL)
         *ncopies = st == REDIST_SUCCESS ? n : 0;
     return (redist_status_t)st;
+}
+
+CFFI_DLLEXPORT redist_status_t redist_release_captured(redist_t handle)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_release_captured((intptr_t)handle);
 }
 
 /* No Python needed below: these work even when start-up failed. */

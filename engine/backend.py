@@ -211,6 +211,10 @@ class Executable(Protocol):
         user's ``graph`` (captured while execute() ran on a capturing stream), inside ``graph_exec``
         (instantiated from ``graph``); how many copies. Local. NotSupportedError on host."""
 
+    def release_captured(self) -> None:
+        """The caller's graphs holding copies of this exchange will not be launched again (local):
+        free() and release_workspace may then reclaim what the copies use. A no-op on host."""
+
     def release_input(self) -> None:
         """Drop every reference to the operand (bind_input again before the next execute)."""
 

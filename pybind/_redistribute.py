@@ -209,7 +209,7 @@ class Redistribute(Generic[ArrayT]):
         if self._fresh and op.package == "raw":
             raise NotSupportedError('result="fresh" needs numpy, torch or cupy operands (a RawArray has no allocator)')
         self._last_stream = self._last_handle = None
-        self._plan = None
+        self._plan = self._release = None
         self._state = _State.NEW
         self._serial = _runtime._register(self)
         if self._logger.isEnabledFor(logging.INFO):
@@ -300,6 +300,7 @@ class Redistribute(Generic[ArrayT]):
             results = tuple(as_array(exe.results[f], t, owner=exe) for f, t in enumerate(self._templates))
             self._result = results if self._fields else results[0]
         self._plan, self._exe = plan, exe
+        self._release = exe.release_captured  # still callable after free()
         self._state = _State.READY if self._state is _State.NEW else _State.RELEASED
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info(
@@ -671,13 +672,25 @@ class Redistribute(Generic[ArrayT]):
 
         ``graph``: a ``torch.cuda.CUDAGraph`` made with ``keep_graph=True`` and instantiated, a
         ``cupy.cuda.Graph``, or a ``(cudaGraph_t, cudaGraphExec_t)`` pair. Returns how many copies
-        were updated.
+        were updated. Once you destroy such graphs, call :meth:`release_captured`.
         """
         self._need_planned("update_captured")
         if self._state is not _State.READY:
             raise InvalidStateError("update_captured: the operand has been released; reset_operand() first")
         g, ge = graph_handles(graph)
         return self._exe.update_captured(g, ge)
+
+    def release_captured(self) -> None:
+        """Declare that no CUDA graph of yours holding a copy of this exchange (recorded by
+        :meth:`execute` during a capture) will be launched again: you destroyed those graphs.
+
+        Local. Until then the memory the copies use outlives :meth:`free` (it is retired and freed
+        at ``redist.finalize()``) and ``release_workspace=True`` is refused. May be called after
+        :meth:`free` too: the retired memory is then freed at the next plan (collectively, once
+        every rank that recorded copies has released them). A no-op on host.
+        """
+        if self._release is not None:
+            self._release()
 
     def free(self) -> None:
         """Collective: release every resource (waits for in-flight GPU work first). Idempotent."""

@@ -331,6 +331,9 @@ int main(int argc, char **argv)
         planned(&h);
         RUN(redist_update_graph_exec(h, (void *)0x1000, (void *)0x2000, &n));
         data = n == 0 ? "ok" : "wrong";
+    } else if (strcmp(name, "release_captured_on_host_ok") == 0) {
+        planned(&h);
+        RUN(redist_release_captured(h));
     } else if (strcmp(name, "update_graph_exec_null") == 0) {
         planned(&h);
         RUN(redist_update_graph_exec(h, NULL, NULL, NULL));

@@ -193,6 +193,7 @@ int main(int argc, char **argv)
     bad += check_result(h_out, ylo, yhi, gs, s2);
     CUDA_CHECK(cudaGraphExecDestroy(step_exec));
     CUDA_CHECK(cudaGraphDestroy(step_graph));
+    CHECK(redist_release_captured(h)); /* no graph holds a copy any more: redist_free may free it all */
 
     CHECK(redist_free(h));
     CHECK(redist_finalize());

@@ -38,7 +38,7 @@ from . import kernels
 from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
 
 if TYPE_CHECKING:
-    from .graph import Capture, CopyToken, GraphExec, KernelLaunch
+    from .graph import Capture, GraphExec, KernelLaunch
     from .runtime import Runtime
 
 _SIGNAL_ADD = 10  # NVSHMEM_SIGNAL_ADD (nvshmem.bindings.Signal_op.SIGNAL_ADD)
@@ -51,15 +51,15 @@ __all__ = ["CudaExecutable"]
 
 class _Copy:
     """One copy of the exchange that execute() recorded into a capture of the user's: the capture
-    (its id), the child node in the user's graph, the variant (out= layout) it is a copy of, and
-    the token that tells when the user's graph and its execs are gone."""
+    (its id), the child node in the user's graph (0: recorded flat), the variant (out= layout) it
+    is a copy of, and our kernels' nodes in the user's graph."""
 
-    __slots__ = ("capture_id", "kernels", "node", "token", "variant")
+    __slots__ = ("capture_id", "kernels", "node", "variant")
 
-    def __init__(self, capture_id: int, node: int, variant: CudaExecutable, token: CopyToken,
+    def __init__(self, capture_id: int, node: int, variant: CudaExecutable,
                  kernels: list[tuple[KernelLaunch, int]]) -> None:
-        self.capture_id, self.node, self.variant, self.token = capture_id, node, variant, token
-        self.kernels = kernels  # (our kernel, its node inside the child): what update_captured rewrites
+        self.capture_id, self.node, self.variant = capture_id, node, variant
+        self.kernels = kernels  # (our kernel, its node in the user's graph): what update_captured rewrites
 
 
 #: whether the driver takes cuGraphExecKernelNodeSetParams for a kernel node inside a child graph
@@ -145,7 +145,8 @@ class CudaExecutable:
         # (graph, exec) -> (its copies, found in the graph; the kernel-node updates that rebind them)
         self._updates: dict[tuple[int, int], tuple[list[_Copy], list | None]] = {}
         self._agreed_deltas: tuple | None = None  # the active variant's out= offsets at the last agreed execute
-        self._retirements = 0  # variants evicted while copies of them were alive
+        self._retirements = 0  # variants evicted while copies of them may run
+        self._held = [True]  # shared with the retired memory of copies recorded so far: False once released
         self._capture_status = rt.driver.capture_status
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
         # rank), then the local set-up, agreed as a whole, then NVSHMEM's warm-up (collective)
@@ -484,9 +485,9 @@ class CudaExecutable:
             return ("InvalidStateError", ("execute(release_workspace=True) inside a CUDA graph capture: freeing the "
                     "staging is collective and synchronises the GPU, which a capture cannot hold; pass "
                     "release_workspace=True outside the capture"))
-        if release_workspace and self._live_copies():
-            return ("InvalidStateError", ("execute(release_workspace=True): copies of this exchange captured into your "
-                    "CUDA graphs still use its staging; destroy those graphs (and their execs) first"))
+        if release_workspace and self._copies:
+            return ("InvalidStateError", ("execute(release_workspace=True): copies of this exchange recorded into your "
+                    "CUDA graphs use its staging; destroy those graphs and call release_captured() first"))
         if not capture:
             return None
         if any(v._need_workspace or v._exec is None for v in (self, *self._variants.values())):
@@ -509,7 +510,6 @@ class CudaExecutable:
         if bool(sync) != exe._wait:
             exe._set_wait(bool(sync))
         _, _, user_graph, _ = drv.capture_info(stream)
-        token = drv.attach_token(user_graph)  # first: harmless if what follows fails
         node, kernels = 0, []
         if all(st.op == "kernel" for st in exe.launch_list.steps):
             for st in exe.launch_list.steps:
@@ -529,7 +529,7 @@ class CudaExecutable:
                 kernels = [(kern.launch, inside[kern.table_ptr]) for kern in exe._kernels.values()]
             except (CudaError, KeyError):  # then update_captured rewrites the whole child
                 kernels = []
-        copy = _Copy(cid, node, exe, token, kernels)
+        copy = _Copy(cid, node, exe, kernels)
         self._copies.append(copy)
         copies = self._captured.get(user_graph)
         if copies and copies[0].capture_id != cid:
@@ -538,7 +538,6 @@ class CudaExecutable:
             copies = None
         self._captured[user_graph] = (copies or []) + [copy]
         self._forget_updates(user_graph)
-        self._prune_copies()
         if self._logger is not None:
             self._logger.info("cuda: exchange recorded into the capture on stream 0x%x (graph 0x%x, %s)", stream,
                               user_graph, f"child node 0x{node:x}" if node else f"{len(kernels)} kernel node(s)")
@@ -546,22 +545,18 @@ class CudaExecutable:
     def _forget_updates(self, graph: int) -> None:
         self._updates = {k: v for k, v in self._updates.items() if k[0] != graph}
 
-    def _prune_copies(self) -> None:
-        """Forget copies whose user graph and execs are all gone."""
-        self._copies = [c for c in self._copies if c.token.alive()]
-        live = {id(c) for c in self._copies}
-        for g in [g for g, cs in self._captured.items() if not any(id(c) in live for c in cs)]:
-            del self._captured[g]
-            self._forget_updates(g)
-
-    def _live_copies(self, variant: CudaExecutable | None = None) -> bool:
-        """Whether a user graph (or an exec made from it) may still run a copy (of ``variant``, or any)."""
-        return any(c.token.alive() and (variant is None or c.variant is variant) for c in self._copies)
-
     def captured_copies(self) -> int:
-        """How many copies of this exchange the user's graphs may still run (local)."""
-        self._prune_copies()
+        """How many copies of this exchange execute() recorded into the user's captures, since the
+        last :meth:`release_captured` (local)."""
         return len(self._copies)
+
+    def release_captured(self) -> None:
+        """The caller declares that no graph holding a copy of this exchange will be launched again
+        (local). Until then the memory the copies use outlives free() (retired until finalize) and
+        release_workspace is refused; memory already retired so is freed at the next collective point."""
+        self._copies, self._captured, self._updates = [], {}, {}
+        self._held[0] = False
+        self._held = [True]
 
     def update_captured(self, graph: int, graph_exec: int) -> int:
         """Push the bindings of now (the operand bound now, the out= and sync_symmetric_memory of the
@@ -700,16 +695,16 @@ class CudaExecutable:
     def _evict(self, exe: CudaExecutable) -> None:
         """Collective: free an out= layout variant, or, while a user's graph may still run a copy of
         it, retire its memory to the runtime (freed once every rank's copies are gone)."""
-        if not any(collective.agree(self.rt.comm, None, self._live_copies(exe))):  # the same decision everywhere
+        if not any(collective.agree(self.rt.comm, None, any(c.variant is exe for c in self._copies))):  # everywhere
             exe.free()
             return
         self._retirements += 1
-        tokens = [c.token for c in self._copies if c.variant is exe]
         exe._freed, exe._bound = True, False
         exe._check.free()
         exe._destroy_exec()
         sym, dev = exe._held_memory()
-        self.rt.retire((self.serial, self._retirements), sym, dev, pending=lambda: any(t.alive() for t in tokens))
+        held = self._held
+        self.rt.retire((self.serial, self._retirements), sym, dev, pending=lambda: held[0])
 
     def _held_memory(self) -> tuple[list[int], list[int]]:
         """This variant's (or base's) symmetric and device memory, the result excluded, in allocation order."""
@@ -829,9 +824,10 @@ class CudaExecutable:
     def free(self) -> None:
         """Collective: wait for in-flight work, destroy the graph, free tables, staging, result.
 
-        While a user's graph may still run a copy of this exchange (on any rank), the memory the
-        copies use is retired to the runtime instead, and freed (collectively) once every rank's
-        copies are gone; the copies stay correct until then.
+        Where execute() recorded copies of this exchange into the user's graphs (on any rank) and
+        :meth:`release_captured` was not called since, the memory the copies use is retired to the
+        runtime instead (the copies stay correct), and freed collectively at a later collective point
+        once every rank has released its copies, or at finalize.
         """
         if self._freed:
             return
@@ -843,7 +839,6 @@ class CudaExecutable:
         rt = self.rt
         if rt.stopped:
             return
-        self._prune_copies()
         if any(collective.agree(rt.comm, None, bool(self._copies))):  # the same decision on every rank
             self._retire_with_copies(variants)
             return
@@ -863,28 +858,30 @@ class CudaExecutable:
             self.result_ptr = 0
 
     def _retire_with_copies(self, variants: list[CudaExecutable]) -> None:
-        """free() while copies may run: our own graphs go now, the memory when the copies are gone."""
-        tokens = [c.token for c in self._copies]
+        """free() while copies may run (or a finalizer): our own graphs go now; the memory at the
+        runtime's next collective point, once :meth:`release_captured` was called where copies were
+        recorded (else at finalize)."""
         sym: list[int] = []
         dev: list[int] = []
         for exe in (*variants, self):  # the same order on every rank
             exe._freed, exe._bound = True, False
             exe._check.free()
             exe._destroy_exec()
-            held = exe._held_memory()
-            sym += held[0]
-            dev += held[1]
+            memory = exe._held_memory()
+            sym += memory[0]
+            dev += memory[1]
         if self.result_ptr and not self._detached:
             sym.append(self.result_ptr)
         self.result_ptr = 0
-        self.rt.retire((self.serial, 0), sym, dev, pending=lambda: any(t.alive() for t in tokens))
+        held = self._held
+        self.rt.retire((self.serial, 0), sym, dev, pending=(lambda: held[0]) if self._copies else None)
 
     def __del__(self) -> None:
         # Garbage-collected without free(): what is local goes now (the graph exec: the driver
         # defers its destruction while it runs); symmetric memory and tables, whose release must
         # wait for the GPU and (symmetric) for every rank, go to the runtime, which frees them
-        # at its next collective point once every rank has dropped this executable (and every
-        # copy in a user's graph is gone).
+        # at its next collective point once every rank has dropped this executable (at finalize
+        # when copies were recorded into a user's graph and not released).
         # A layout variant leaves all of that to its base, which retires the variants' memory with its
         # own under one serial (finalizers in a garbage cycle run in no agreed order).
         try:

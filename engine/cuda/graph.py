@@ -17,8 +17,7 @@ Three layers:
   its nodes in every instantiated graph with ``cuGraphExecKernelNodeSetParams`` (future
   launches only, so no synchronisation is needed).
 * :class:`Capture` / :class:`GraphExec` -- our own capture (plan time) and its instantiation;
-  :func:`join_capture` adds a graph as a child node of a capture the *user* has under way, and
-  :class:`CopyToken` tells when the user's graph holding such a copy is gone.
+  :func:`join_capture` adds a graph as a child node of a capture the *user* has under way.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ __all__ = [
     "CAPTURE_INVALIDATED",
     "CAPTURE_NONE",
     "Capture",
-    "CopyToken",
     "Driver",
     "GraphExec",
     "KernelLaunch",
@@ -53,8 +51,6 @@ CAPTURE_NONE, CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_IMPLICIT = 0, 1, 2, 3
 _ERROR_CAPTURE_IMPLICIT = 906  # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
 _ERROR_LOSSY_QUERY = 402  # CUDA_ERROR_LOSSY_QUERY
 _SET_CAPTURE_DEPENDENCIES = 1  # CU_STREAM_SET_CAPTURE_DEPENDENCIES
-_USER_OBJECT_NO_DESTRUCTOR_SYNC = 1  # CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
-_GRAPH_USER_OBJECT_MOVE = 1  # CU_GRAPH_USER_OBJECT_MOVE
 _CAPTURE_MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
 
 
@@ -135,8 +131,6 @@ _SIGNATURES = {
         ctypes.CFUNCTYPE(_I, _PVP, _VP, _PVP, _SZ, _VP), 12000, "cuGraphAddChildGraphNode"),
     "cuStreamUpdateCaptureDependencies": (
         ctypes.CFUNCTYPE(_I, _VP, _PVP, _SZ, _U), 12000, "cuStreamUpdateCaptureDependencies"),
-    "cuUserObjectCreate": (ctypes.CFUNCTYPE(_I, _PVP, _VP, _VP, _U, _U), 12000, "cuUserObjectCreate"),
-    "cuGraphRetainUserObject": (ctypes.CFUNCTYPE(_I, _VP, _VP, _U, _U), 12000, "cuGraphRetainUserObject"),
     "cuMemcpyHtoDAsync": (ctypes.CFUNCTYPE(_I, _U64, _VP, _SZ, _VP), 12000, "cuMemcpyHtoDAsync_v2"),
     "cuMemcpyDtoHAsync": (ctypes.CFUNCTYPE(_I, _VP, _U64, _SZ, _VP), 12000, "cuMemcpyDtoHAsync_v2"),
     "cuMemcpyDtoDAsync": (ctypes.CFUNCTYPE(_I, _U64, _U64, _SZ, _VP), 12000, "cuMemcpyDtoDAsync_v2"),
@@ -159,8 +153,6 @@ class Driver:
     cuStreamGetCaptureInfo: Callable[..., int]
     cuGraphAddChildGraphNode: Callable[..., int]
     cuStreamUpdateCaptureDependencies: Callable[..., int]
-    cuUserObjectCreate: Callable[..., int]
-    cuGraphRetainUserObject: Callable[..., int]
     cuMemcpyHtoDAsync: Callable[..., int]
     cuMemcpyDtoHAsync: Callable[..., int]
     cuMemcpyDtoDAsync: Callable[..., int]
@@ -246,19 +238,6 @@ class Driver:
         arr = (_VP * max(len(nodes), 1))(*nodes)
         self.call("cuStreamUpdateCaptureDependencies", stream, arr, len(nodes), _SET_CAPTURE_DEPENDENCIES)
 
-    def attach_token(self, graph: int) -> CopyToken:
-        """A :class:`CopyToken` whose only reference ``graph`` now holds (and passes on to every exec
-        instantiated from it): posted when the last of them is destroyed and its launches are done."""
-        token = CopyToken()
-        if token.post_fn is None:
-            return token
-        obj = _VP(0)
-        self.call("cuUserObjectCreate", ctypes.byref(obj), token.address, token.post_fn, 1,
-                  _USER_OBJECT_NO_DESTRUCTOR_SYNC)
-        self.call("cuGraphRetainUserObject", graph, obj.value, 1, _GRAPH_USER_OBJECT_MOVE)
-        token.tracked = True
-        return token
-
     # -- plan time (our own capture on the runtime's stream) ----------------------------------
 
     def begin_capture(self, stream: int, mode: str = "thread_local") -> None:
@@ -342,58 +321,6 @@ def driver_api() -> Driver:
             if _driver is None:
                 _driver = Driver()
     return _driver
-
-
-class CopyToken:
-    """Tells whether a copy of an exchange in the user's graph may still run.
-
-    A POSIX semaphore that libc's ``sem_post`` increments when CUDA destroys the user object
-    :meth:`Driver.attach_token` gave the user's graph: after the graph and every exec
-    instantiated from it are destroyed and their launches have finished. No Python runs in the
-    driver's thread. The semaphore's memory is never freed (a user object may fire at any time).
-    Without libc's semaphores the copy counts as alive until the runtime stops.
-    """
-
-    __slots__ = ("_sem", "address", "post_fn", "tracked")
-    _keep: list = []  # every semaphore ever made: the driver may post one after its token is gone
-    _libc: Any = None
-
-    def __init__(self) -> None:
-        self.tracked = False
-        self.post_fn: int | None = None
-        self.address = 0
-        self._sem = None
-        libc = CopyToken._load_libc()
-        if libc is None:
-            return
-        sem = (ctypes.c_uint64 * 8)()  # sem_t is 32 bytes on glibc; room to spare, 8-byte aligned
-        if libc.sem_init(sem, 0, 0) != 0:
-            return
-        CopyToken._keep.append(sem)
-        self._sem = sem
-        self.address = ctypes.addressof(sem)
-        self.post_fn = ctypes.cast(libc.sem_post, ctypes.c_void_p).value
-
-    @staticmethod
-    def _load_libc() -> Any:
-        if CopyToken._libc is None:
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.sem_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint]
-                libc.sem_getvalue.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-                libc.sem_post.argtypes = [ctypes.c_void_p]
-                CopyToken._libc = libc
-            except (OSError, AttributeError):
-                CopyToken._libc = False
-        return CopyToken._libc or None
-
-    def alive(self) -> bool:
-        """Whether the graph holding the copy (or an exec made from it) may still launch it."""
-        if not self.tracked:
-            return True
-        v = ctypes.c_int(0)
-        CopyToken._libc.sem_getvalue(self._sem, ctypes.byref(v))
-        return v.value == 0
 
 
 def join_capture(drv: Driver, stream: int, child: int) -> tuple[int, int, int]:

@@ -123,6 +123,9 @@ class MirrorExecutable:
         raise NotSupportedError("update_captured(): host operands (execution='cuda') move through a device mirror, "
                                 "which is never recorded into a CUDA graph")
 
+    def release_captured(self) -> None:
+        """Nothing to release: the mirror path is never recorded into a CUDA graph."""
+
     # -- lifetime ----------------------------------------------------------------------------------
 
     def release_workspace(self) -> None:

@@ -232,7 +232,8 @@ class Runtime:
         free() that copies in the user's graphs outlive).
 
         Freed by :meth:`reap`, at the next collective point, once every rank has retired ``key``
-        and ``pending()`` (a user's graph may still run a copy that uses it) is False on every rank.
+        and ``pending()`` (a user's graph may still run a copy that uses it) is False on every rank;
+        at the latest by stop().
         """
         with self._retired_lock:
             self._retired[key] = (list(symmetric), list(device), pending)
@@ -351,10 +352,6 @@ class Runtime:
         self.synchronize()
         with self._retired_lock:
             retired, self._retired = self._retired, {}
-        held = sum(1 for _, _, pending in retired.values() if pending is not None and pending())
-        if held:
-            _log.warning("redist: finalize frees the memory of %d exchange(s) whose copies your CUDA graphs still "
-                         "hold: destroy those graphs before redist.finalize(); replaying them now is undefined", held)
         for _, dev, _ in retired.values():
             for p in dev:
                 self.dev_free(p)

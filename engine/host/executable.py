@@ -545,6 +545,9 @@ class HostExecutable:
         raise NotSupportedError("update_captured() is only available for CUDA execution: host exchanges run on MPI "
                                 "and are never recorded into a CUDA graph")
 
+    def release_captured(self) -> None:
+        """Nothing to release: host exchanges are never recorded into a CUDA graph."""
+
     # -- workspace and lifetime ------------------------------------------------------------
 
     def release_workspace(self) -> None:

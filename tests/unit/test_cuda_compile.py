@@ -17,7 +17,6 @@ import pytest
 from helpers import expected_bytes, global_bytes, operand_bytes, random_boxes, slab_boxes, strided_operand
 from redist.engine import geometry as geo
 from redist.engine.cuda import kernels
-from redist.engine.cuda.graph import CopyToken
 from redist.engine.cuda.emulator import emulate_job
 from redist.engine.cuda.launch_list import align_of, build_launch_list
 from redist.engine.errors import CudaError, InvalidStateError, InvalidValueError
@@ -620,7 +619,6 @@ class _Node:
 class _Graph:
     def __init__(self):
         self.nodes: dict[int, _Node] = {}  # in insertion order
-        self.tokens: list = []  # user objects (CopyToken) this graph holds
         self.alive = True
         self.execs = 0
 
@@ -792,18 +790,9 @@ class _Driver:
     def set_capture_dependencies(self, stream, nodes):
         self.captures[stream]["deps"] = list(nodes)
 
-    def attach_token(self, graph):
-        token = CopyToken()
-        token.tracked = token.post_fn is not None
-        self.graphs[graph].tokens.append(token)
-        return token
-
     def _release(self, gid):
         g = self.graphs[gid]
         if not g.alive and g.execs == 0:
-            for t in g.tokens:  # the user objects' destructors
-                if t.tracked:
-                    CopyToken._libc.sem_post(t.address)
             del self.graphs[gid]
 
     # -- graphs -----------------------------------------------------------------------------------
@@ -1186,7 +1175,7 @@ def test_dropped_executable_retires_every_layout_variant_under_one_serial():
         e = object.__new__(CudaExecutable)
         e.__dict__.update(_freed=False, rt=rt, _bound=True, _check=types.SimpleNamespace(free=lambda: None),
                           _exec=None, _kernels={}, _protos=[], _send=send, _recv=recv, _ctl=ctl, result_ptr=result,
-                          _detached=False, _shares_result=shares, serial=7, _variants={}, _copies=[])
+                          _detached=False, _shares_result=shares, serial=7, _variants={}, _copies=[], _held=[True])
         return e
 
     lists = []
@@ -1197,8 +1186,8 @@ def test_dropped_executable_retires_every_layout_variant_under_one_serial():
         base._variants = {((4, 1),): variant}
         for e in (variant, base) if variant_first else (base, variant):
             e.__del__()
-        lists.append({k: (sym, dev, pending()) for k, (sym, dev, pending) in rt._retired.items()})
-    assert lists[0] == lists[1] == {(7, 0): ([0x500, 0x600, 0x700, 0x100, 0x200, 0x300, 0x400], [], False)}
+        lists.append(rt._retired)
+    assert lists[0] == lists[1] == {(7, 0): ([0x500, 0x600, 0x700, 0x100, 0x200, 0x300, 0x400], [], None)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1422,8 +1411,10 @@ def test_capture_into_the_users_graph_on_a_simulated_job(p, transport, signal, n
         def producer():
             rt.hub.write(live, rt.hub.read(srcs[state["k"]][0], nbytes))
 
+        result = exe.output_ptr  # what the user's consumer kernel would have captured
+
         def consumer():
-            rt.hub.write(sink, rt.hub.read(exe.output_ptr, n))
+            rt.hub.write(sink, rt.hub.read(result, n))
 
         exe.rebind_input(live)
         exe.execute(0)  # a direct execute first (epoch 1)
@@ -1470,15 +1461,20 @@ def test_capture_into_the_users_graph_on_a_simulated_job(p, transport, signal, n
         rt.comm.allgather(None)
         assert np.array_equal(rt.hub.read(sink, n), want[2])
         rt.comm.allgather(None)
-        # free() while the user's graph holds a copy: memory retired, not freed, until the graph is gone
+        # free() while the user's graph holds a copy: memory retired, not freed, until release_captured
         held = set(rt.sym)
         exe.free()
         assert set(rt.sym) == held, "free() must not free memory a captured copy uses"
         (_, sym, _, pending), = rt.retired
         assert pending() and exe.result_ptr == 0 and set(sym) <= held
-        drv.destroy_graph(graph)
-        assert pending(), "an exec of the graph still holds the copy"
+        drv.cuGraphLaunch(gexec, _USER)  # the copy still runs (its memory is retired, not freed)
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(sink, n), want[2])
+        rt.comm.allgather(None)
         drv.destroy_exec(gexec)
+        drv.destroy_graph(graph)
+        assert pending()
+        exe.release_captured()
         assert not pending()
 
     _run_threads(p, rank)
@@ -1540,13 +1536,14 @@ def test_refused_inside_a_capture_leaves_it_valid(p):
         with pytest.raises(InvalidValueError, match="holds no copy of this exchange"):
             exe.update_captured(graph2 + 1, gexec)
         # release_workspace refused while a copy may still use the staging
-        with pytest.raises(InvalidStateError, match="still use its staging"):
+        with pytest.raises(InvalidStateError, match="call release_captured\\(\\) first"):
             exe.execute(0, release_workspace=True)
         for e in (gexec, gexec2):
             drv.destroy_exec(e)
         drv.destroy_graph(graph)
-        assert exe.captured_copies() == 1
         drv.destroy_graph(graph2)
+        assert exe.captured_copies() == 2
+        exe.release_captured()
         assert exe.captured_copies() == 0
         exe.execute(0, release_workspace=True)  # no copy left
         if exe.workspace_bytes:  # staging released (P > 1): re-making it cannot be captured
