@@ -355,7 +355,7 @@ redist_status_t redist_graph(redist_t handle, void *stream, void **cuda_graph);
  * @brief Rebind the copies of this exchange recorded into the application's CUDA graph. Local.
  *
  * redist_execute() on a stream that is capturing (cudaStreamBeginCapture, any mode) records the
- * exchange into that capture as one child-graph node instead of running it; every launch of the
+ * exchange into that capture (kernel nodes or a child-graph node) instead of running it; every launch of the
  * instantiated graph then runs it. Such a copy keeps the bindings it was recorded with: after
  * redist_reset_operand*(), call this to push the operand bound now (and the `out` of the last
  * redist_execute) into every copy in `cuda_graph_exec`. Launches already enqueued are unaffected.

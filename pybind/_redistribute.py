@@ -329,8 +329,8 @@ class Redistribute(Generic[ArrayT]):
 
         GPU: on a stream that is capturing a CUDA graph (``torch.cuda.graph``, cupy's
         ``begin_capture``, ``cudaStreamBeginCapture``; any capture mode) the exchange is not run
-        but recorded into that capture, after what the stream captured so far, as one child-graph
-        node; every replay of the user's graph then runs it. Every rank must capture (or not) alike
+        but recorded into that capture, after what the stream captured so far (kernel nodes, or one
+        child-graph node); every replay of the user's graph then runs it. Every rank must capture (or not) alike
         and replay the same graphs in the same order, stream-ordered with its direct executes of
         this object. What cannot be captured (a first ``out=`` of new strides, ``release_workspace``,
         ``result="fresh"``, host operands) raises on every rank before anything is enqueued, so the
@@ -409,11 +409,15 @@ class Redistribute(Generic[ArrayT]):
             return torch.empty(stored, dtype=t.dtype).permute(*inverse)
         from ._symmetric import allocate_symmetric_memory
 
-        capturing = self._ctx.cuda.driver.capture_status(stream) if self._backend == "cuda" else 0
-        collective.agree(self._ctx.engine.comm, ("InvalidStateError", (
-            'execute() with result="fresh" inside a CUDA graph capture: a fresh result is a collective symmetric '
-            'allocation, which a capture cannot hold; use result="persistent" (the default) or out=')) if capturing
-            else None)
+        problem = None
+        try:
+            if self._backend == "cuda" and self._ctx.cuda.driver.capture_status(stream):
+                problem = ("InvalidStateError", (
+                    'execute() with result="fresh" inside a CUDA graph capture: a fresh result is a collective '
+                    'symmetric allocation, which a capture cannot hold; use result="persistent" (the default) or out='))
+        except Exception as e:  # noqa: BLE001 -- a bad stream: raised on every rank
+            problem = collective.problem(e)
+        collective.agree(self._ctx.engine.comm, problem)
         return allocate_symmetric_memory(shape, t.package, dtype=t.dtype, axis_order=self._out_order,
                                          make_symmetric=True)
 
@@ -665,7 +669,7 @@ class Redistribute(Generic[ArrayT]):
 
         An execute on a stream that is capturing a CUDA graph (``torch.cuda.graph``, cupy's
         ``Stream.begin_capture``, ``cudaStreamBeginCapture``) records the exchange into that graph
-        as a child-graph node: a copy, which keeps the bindings it was recorded with. After
+        (redist's kernel nodes, or a child-graph node): a copy, which keeps the bindings it was recorded with. After
         :meth:`reset_operand_unchecked` (or :meth:`reset_operand`), call this to make the copies in
         ``graph`` read the new operand from the next replay on (launches already enqueued are not
         affected). Local: no communication, like :meth:`reset_operand_unchecked`.

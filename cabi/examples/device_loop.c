@@ -13,7 +13,7 @@
  *
  *      and launches that graph every step with new input, checking every element;
  *   3. the application captures a whole step on its stream (cudaStreamBeginCapture): an upload,
- *      redist_execute (recorded into the capture as one child-graph node, nothing runs), a
+ *      redist_execute (recorded into the capture: redist's kernel nodes, nothing runs), a
  *      download; it instantiates and launches the step; after redist_reset_operand to another
  *      device array, redist_update_graph_exec makes the captured copy read the new operand.
  *

@@ -54,12 +54,13 @@ class _Copy:
     (its id), the child node in the user's graph (0: recorded flat), the variant (out= layout) it
     is a copy of, and our kernels' nodes in the user's graph."""
 
-    __slots__ = ("capture_id", "kernels", "node", "variant")
+    __slots__ = ("binding", "capture_id", "kernels", "node", "variant")
 
     def __init__(self, capture_id: int, node: int, variant: CudaExecutable,
                  kernels: list[tuple[KernelLaunch, int]]) -> None:
         self.capture_id, self.node, self.variant = capture_id, node, variant
         self.kernels = kernels  # (our kernel, its node in the user's graph): what update_captured rewrites
+        self.binding = variant._binding()  # what the copy reads and writes (the operands, out= offsets, wait)
 
 
 #: whether the driver takes cuGraphExecKernelNodeSetParams for a kernel node inside a child graph
@@ -148,6 +149,8 @@ class CudaExecutable:
         self._retirements = 0  # variants evicted while copies of them may run
         self._held = [True]  # shared with the retired memory of copies recorded so far: False once released
         self._capture_status = rt.driver.capture_status
+        # kernels only (one rank; push with the epoch protocol): recorded flat into a user's capture
+        self._flat = all(st.op == "kernel" for st in ll.steps)
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
         # rank), then the local set-up, agreed as a whole, then NVSHMEM's warm-up (collective)
         self.result_ptr = shared_result or rt.sym_alloc(ll.result_bytes, owner="engine")
@@ -446,7 +449,10 @@ class CudaExecutable:
         ``graph=None`` follows ``self.graphs`` (default True; REDIST_CUDA_GRAPHS=0 makes every
         execute eager: the same kernels and NVSHMEM calls, enqueued directly, for debugging).
         """
-        capture = self._capture_status(stream)
+        try:
+            capture = self._capture_status(stream)
+        except CudaError as e:  # a bad stream: raised on every rank by the agreement below
+            capture, problem = 0, problem or collective.problem(e)
         if problem is None and not self._bound:
             problem = ("InvalidStateError", "this CUDA executable has been freed" if self._freed else
                        "no operand is bound (it was released): call reset_operand() first")
@@ -465,6 +471,11 @@ class CudaExecutable:
         elif self._want != self._mine:  # one rank: nobody else to ask
             self._switch((self._want,), lower=not capture)
         exe = self._active
+        if capture and exe._need_workspace:  # the same variant, so the same answer, on every rank
+            raise InvalidStateError(
+                "execute() inside a CUDA graph capture after release_workspace=True: re-making the staging of "
+                "this out= layout is collective and synchronises the GPU; call execute() with this out= once "
+                "outside the capture first")
         self._agreed_deltas = tuple(exe._out_deltas)
         if capture:
             self._record(exe, stream, sync)
@@ -488,12 +499,11 @@ class CudaExecutable:
         if release_workspace and self._copies:
             return ("InvalidStateError", ("execute(release_workspace=True): copies of this exchange recorded into your "
                     "CUDA graphs use its staging; destroy those graphs and call release_captured() first"))
-        if not capture:
-            return None
-        if any(v._need_workspace or v._exec is None for v in (self, *self._variants.values())):
-            return ("InvalidStateError", ("execute() inside a CUDA graph capture after release_workspace=True: "
-                    "re-making the staging is collective and synchronises the GPU; call execute() once outside "
-                    "the capture first"))
+        if capture and not self._flat:  # joining the capture as a child needs its dependencies: ask now
+            try:
+                self._drv.capture_info(stream)
+            except CudaError as e:
+                return collective.problem(e)
         return None
 
     def _record(self, exe: CudaExecutable, stream: int, sync: bool) -> None:
@@ -509,13 +519,12 @@ class CudaExecutable:
         drv = self._drv
         if bool(sync) != exe._wait:
             exe._set_wait(bool(sync))
-        _, _, user_graph, _ = drv.capture_info(stream)
         node, kernels = 0, []
-        if all(st.op == "kernel" for st in exe.launch_list.steps):
+        if exe._flat:
             for st in exe.launch_list.steps:
                 kern = exe._kernels[st.kernel.name]
                 kern.launch.launch(stream)
-                _, cid, _, deps = drv.capture_info(stream)
+                _, cid, user_graph, deps = drv.capture_info(stream)
                 if len(deps) != 1:
                     raise CudaError(f"expected one captured node for the {st.kernel.name} kernel, got {len(deps)}")
                 kernels.append((kern.launch, deps[0]))
@@ -531,12 +540,13 @@ class CudaExecutable:
                 kernels = []
         copy = _Copy(cid, node, exe, kernels)
         self._copies.append(copy)
-        copies = self._captured.get(user_graph)
-        if copies and copies[0].capture_id != cid:
-            # another capture into this handle: the old graph is gone and its handle reused (its copies stay in
-            # _copies while an exec of it may run), or a second capture into one graph (cuStreamBeginCaptureToGraph)
-            copies = None
-        self._captured[user_graph] = (copies or []) + [copy]
+        copies = self._captured.get(user_graph) or []
+        if any(c.capture_id != cid for c in copies):
+            # another capture into this handle: a second capture into one graph (cuStreamBeginCaptureToGraph),
+            # or the old graph is gone and its handle reused (its copies stay in _copies until release_captured)
+            nodes = set(drv.graph_nodes(user_graph))
+            copies = [c for c in copies if c.capture_id == cid or self._holds(c, nodes)]
+        self._captured[user_graph] = [*copies, copy]
         self._forget_updates(user_graph)
         if self._logger is not None:
             self._logger.info("cuda: exchange recorded into the capture on stream 0x%x (graph 0x%x, %s)", stream,
@@ -575,23 +585,44 @@ class CudaExecutable:
         prepared = self._updates.get((graph, graph_exec)) or self._prepare_update(graph, graph_exec)
         copies, calls = prepared
         active = self._active
-        if self._agree and self._agreed_deltas is not None and tuple(active._out_deltas) != self._agreed_deltas:
-            raise InvalidStateError("update_captured: the out= bound now has not been agreed by every rank (the "
+        if self._want != self._mine or (self._agreed_deltas is not None
+                                        and tuple(active._out_deltas) != self._agreed_deltas):
+            raise InvalidStateError("update_captured: the out= bound now was not used by a successful execute() (the "
                                     "execute() that bound it failed); call execute() first")
+        first = copies[0].binding
         for c in copies:
             if c.variant is not active:
                 raise InvalidStateError(
                     "update_captured: a copy in this graph was captured with an out= of other strides than the last "
                     "execute()'s (another out= layout); execute() once with an out= of those strides, or capture again")
+            if c.binding != first:
+                raise InvalidStateError(
+                    f"update_captured: graph 0x{graph:x} holds {len(copies)} copies of this exchange recorded with "
+                    "different operands or out= (e.g. one Redistribute executed for u, then for v, in one step); one "
+                    "update would give them all the operand bound now. Capture again, or use one Redistribute per "
+                    "operand")
+        binding = active._binding()
         if calls is not None:  # the copies' kernel nodes, in place: one call per kernel
             fn = self._drv.cuGraphExecKernelNodeSetParams
             for nd, pref in calls:
                 if fn(graph_exec, nd, pref):
                     break
             else:
+                for c in copies:
+                    c.binding = binding
                 return len(copies)
-        self._update_children(copies, graph, graph_exec)
+        self._update_children(copies, graph, graph_exec, direct_failed=calls is not None)
+        for c in copies:
+            c.binding = binding
         return len(copies)
+
+    def _binding(self) -> tuple:
+        """What this variant's kernels read and write now: the operands, the out= offsets, the wait flag."""
+        return tuple(self._in_ptrs), tuple(self._out_deltas), self._wait
+
+    def _holds(self, c: _Copy, nodes: set[int]) -> bool:
+        """Whether copy ``c``'s nodes are among ``nodes`` (those of the graph it was recorded into)."""
+        return c.node in nodes if c.node else all(nd in nodes for _, nd in c.kernels)
 
     def _prepare_update(self, graph: int, graph_exec: int) -> tuple[list[_Copy], list | None]:
         """The copies recorded into ``graph`` (checked to be in it, once per (graph, exec)) and the
@@ -602,7 +633,7 @@ class CudaExecutable:
                 f"update_captured: graph 0x{graph:x} holds no copy of this exchange (execute() records one when "
                 "it runs on a capturing stream; pass the graph that capture produced, not a clone)")
         nodes = set(self._drv.graph_nodes(graph))
-        missing = [c for c in copies if (c.node not in nodes if c.node else any(nd not in nodes for _, nd in c.kernels))]
+        missing = [c for c in copies if not self._holds(c, nodes) or not self._ours(c)]
         if missing:
             raise InvalidValueError(
                 f"update_captured: {len(missing)} of the {len(copies)} copies of this exchange recorded into graph "
@@ -614,7 +645,19 @@ class CudaExecutable:
         self._updates[(graph, graph_exec)] = (copies, calls)
         return copies, calls
 
-    def _update_children(self, copies: list[_Copy], graph: int, graph_exec: int) -> None:
+    def _ours(self, c: _Copy) -> bool:
+        """Whether copy ``c``'s nodes still are what was recorded (a graph destroyed without
+        release_captured may have given its handle and node addresses to a new one): a child graph,
+        or kernel nodes running one of our kernels on its segment table."""
+        drv = self._drv
+        if c.node:
+            return drv.node_type(c.node) == "graph"
+        for launch, nd in c.kernels:
+            if drv.node_type(nd) != "kernel" or drv.kernel_table(nd, set(launch.funcs.values())) != launch.a_table.value:
+                return False
+        return True
+
+    def _update_children(self, copies: list[_Copy], graph: int, graph_exec: int, *, direct_failed: bool) -> None:
         """update_captured's slow path: rewrite each copy's whole child graph from ours (brought up
         to date first); kernel nodes recorded flat are rewritten one by one."""
         from .graph import _err_name
@@ -636,8 +679,8 @@ class CudaExecutable:
             if rc:
                 raise CudaError(f"update_captured: cuGraphExecChildGraphNodeSetParams failed with CUresult {rc}"
                                 f"{_err_name(rc)} (is graph_exec instantiated from graph 0x{graph:x}?)")
-            if c.kernels and _DIRECT_UPDATES[0]:  # the exec is fine: the driver refuses nodes inside a child graph
-                _DIRECT_UPDATES[0] = False
+            if direct_failed and c.kernels and _DIRECT_UPDATES[0]:  # the exec is fine: the driver refused nodes
+                _DIRECT_UPDATES[0] = False                             # inside a child graph
                 self._updates.clear()
 
     def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None) -> None:
@@ -695,7 +738,8 @@ class CudaExecutable:
     def _evict(self, exe: CudaExecutable) -> None:
         """Collective: free an out= layout variant, or, while a user's graph may still run a copy of
         it, retire its memory to the runtime (freed once every rank's copies are gone)."""
-        if not any(collective.agree(self.rt.comm, None, any(c.variant is exe for c in self._copies))):  # everywhere
+        mine = any(c.variant is exe for c in self._copies)
+        if not any(collective.agree(self.rt.comm, None, mine)):  # the same decision everywhere
             exe.free()
             return
         self._retirements += 1
@@ -704,7 +748,7 @@ class CudaExecutable:
         exe._destroy_exec()
         sym, dev = exe._held_memory()
         held = self._held
-        self.rt.retire((self.serial, self._retirements), sym, dev, pending=lambda: held[0])
+        self.rt.retire((self.serial, self._retirements), sym, dev, pending=(lambda: held[0]) if mine else None)
 
     def _held_memory(self) -> tuple[list[int], list[int]]:
         """This variant's (or base's) symmetric and device memory, the result excluded, in allocation order."""

@@ -223,15 +223,21 @@ class Driver:
         self.call("cuGraphChildGraphNodeGetGraph", child_node, ctypes.byref(g))
         out = {}
         for nd in self.graph_nodes(int(g.value or 0)):
-            if self.node_type(nd) != "kernel":
-                continue
-            p = KernelNodeParams()
-            self.call("cuGraphKernelNodeGetParams", nd, ctypes.byref(p))
-            if p.func not in funcs or not p.kernelParams:
-                continue
-            arg = ctypes.c_void_p.from_address(p.kernelParams + ctypes.sizeof(ctypes.c_void_p)).value
-            out[ctypes.c_uint64.from_address(arg).value] = nd
+            if self.node_type(nd) == "kernel":
+                table = self.kernel_table(nd, funcs)
+                if table is not None:
+                    out[table] = nd
         return out
+
+    def kernel_table(self, node: int, funcs: set[int]) -> int | None:
+        """The segment table of kernel node ``node`` when it runs one of ``funcs`` (redist's kernels),
+        else None."""
+        p = KernelNodeParams()
+        self.call("cuGraphKernelNodeGetParams", node, ctypes.byref(p))
+        if p.func not in funcs or not p.kernelParams:
+            return None
+        arg = ctypes.c_void_p.from_address(p.kernelParams + ctypes.sizeof(ctypes.c_void_p)).value
+        return ctypes.c_uint64.from_address(arg).value
 
     def set_capture_dependencies(self, stream: int, nodes: list[int]) -> None:
         """The next operation captured on ``stream`` depends on ``nodes`` (and nothing else)."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import collective
 from ..buffer import Buffer, byte_extent
-from ..errors import NotSupportedError
+from ..errors import CudaError, NotSupportedError
 from ..plan import FusedPlan, Plan
 from .executable import CudaExecutable
 from .lowering import lower as lower_cuda
@@ -105,7 +105,11 @@ class MirrorExecutable:
         drv = self.rt.driver
         if problem is None and not self._bound:
             problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
-        if problem is None and drv.capture_status(stream):
+        try:
+            capture = drv.capture_status(stream)
+        except CudaError as e:  # a bad stream: raised on every rank by the inner agreement
+            capture, problem = 0, problem or collective.problem(e)
+        if problem is None and capture:
             problem = ("NotSupportedError", ("execute() on a capturing stream with host operands (execution='cuda'): "
                        "they move through a device mirror with host copies and a stream synchronisation, which a CUDA "
                        "graph cannot capture; pass GPU operands to capture the exchange"))

@@ -787,6 +787,13 @@ class _Driver:
                         for i, n in g.nodes[child_node].children.items() if n.kind == "kernel" and n.func in funcs}
         raise AssertionError(hex(child_node))
 
+    def kernel_table(self, node, funcs):
+        for g in self.graphs.values():
+            for n in (g.nodes.get(node), *(c.children.get(node) for c in g.nodes.values() if c.kind == "graph")):
+                if n is not None:
+                    return int(np.frombuffer(n.args[1], np.uint64)[0]) if n.kind == "kernel" and n.func in funcs else None
+        raise AssertionError(hex(node))
+
     def set_capture_dependencies(self, stream, nodes):
         self.captures[stream]["deps"] = list(nodes)
 
@@ -941,6 +948,7 @@ class _Runtime:
         pass
 
     def sym_alloc(self, n, *, owner="engine"):
+        assert not self.driver.captures, "allocation, copy or synchronisation while a stream captures"
         n = max(int(n), 1)
         ptr = self.heap + self._next
         self._next += -(-n // 512) * 512
@@ -973,6 +981,7 @@ class _Runtime:
         return ptr - self.heap + ((pe + 1) << 40)
 
     def dev_alloc(self, n):
+        assert not self.driver.captures, "allocation, copy or synchronisation while a stream captures"
         ptr = self._dnext
         self._dnext += -(-max(int(n), 1) // 4096) * 4096
         self.hub.add(ptr, max(int(n), 1))
@@ -982,9 +991,11 @@ class _Runtime:
         self.hub.remove(ptr)
 
     def htod(self, dst, arr):
+        assert not self.driver.captures, "allocation, copy or synchronisation while a stream captures"
         self.hub.write(dst, np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
     def synchronize(self):
+        assert not self.driver.captures, "allocation, copy or synchronisation while a stream captures"
         pass
 
     def functions(self, run, nout, kind="plain"):
@@ -1616,3 +1627,205 @@ def test_legacy_stream_while_a_blocking_stream_captures_is_refused():
         exe.free()
 
     _run_threads(1, rank)
+
+
+def _ghosted(rt, shape, pad, itemsize):
+    """A symmetric buffer of ``shape`` inside an allocation ``pad`` larger on every axis."""
+    from redist.engine.buffer import Buffer
+
+    ghost = tuple(n + pad for n in shape)
+    base = rt.sym_alloc(math.prod(ghost) * itemsize + 64, owner="user")
+    return Buffer(base, shape, geo.dense_strides(ghost, "C"), itemsize, "cuda", 0)
+
+
+def test_update_refuses_copies_recorded_with_different_bindings():
+    """One object executed for u, then for v, in one captured step: one update cannot rebind both
+    (it would give u's copy v); copies recorded with the same binding are updated together."""
+    gshape, itemsize = (6, 8, 4), 8
+    ib, ob = slab_boxes(gshape, 1, 0), slab_boxes(gshape, 1, 1)
+    Gs = [global_bytes(gshape, itemsize, s) for s in (3, 7)]
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        drv = rt.driver
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
+        u, v = (_operand(rt, G, ib[r], itemsize)[0] for G in Gs)
+        drv.begin_capture(_USER)
+        for op in (u, v):
+            exe.rebind_input(op)
+            exe.execute(_USER)
+        g = drv.end_capture(_USER)
+        ge = drv.instantiate(g)
+        with pytest.raises(InvalidStateError, match="recorded with different operands"):
+            exe.update_captured(g, ge)
+        drv.begin_capture(_USER)
+        exe.execute(_USER)
+        exe.execute(_USER)  # twice with v: one binding
+        g2 = drv.end_capture(_USER)
+        ge2 = drv.instantiate(g2)
+        exe.rebind_input(u)
+        assert exe.update_captured(g2, ge2) == 2
+        drv.cuGraphLaunch(ge2, 0)
+        want = expected_bytes(Gs[0], ob[r], "C")
+        assert np.array_equal(rt.hub.read(exe.result.ptr, len(want)), want)
+
+    _run_threads(1, rank)
+
+
+def test_update_after_a_refused_out_is_refused():
+    """P = 1: execute(out=X) of new strides refused inside a capture leaves X bound but never used;
+    update_captured must not push it into the copy (which would write X with the planned strides)."""
+    gshape, itemsize = (6, 8, 4), 8
+    ib, ob = slab_boxes(gshape, 1, 0), slab_boxes(gshape, 1, 1)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        drv = rt.driver
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
+        exe.rebind_input(_operand(rt, global_bytes(gshape, itemsize), ib[r], itemsize)[0])
+        x = _ghosted(rt, geo.box_shape(ob[r]), 2, itemsize)
+        drv.begin_capture(_USER)
+        exe.execute(_USER)
+        exe.bind_output(x)  # what Redistribute.execute(out=x) does before the call is agreed
+        with pytest.raises(InvalidStateError, match="strides no execute"):
+            exe.execute(_USER)
+        g = drv.end_capture(_USER)
+        with pytest.raises(InvalidStateError, match="not used by a successful execute"):
+            exe.update_captured(g, drv.instantiate(g))
+
+    _run_threads(1, rank)
+
+
+def test_a_bad_stream_on_one_rank_is_raised_on_every_rank():
+    gshape = (6, 8, 4)
+    ib, ob = slab_boxes(gshape, 2, 0), slab_boxes(gshape, 2, 1)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        if r == 0:
+            def bad(stream):
+                raise CudaError("cuStreamIsCapturing failed with CUresult 400 (CUDA_ERROR_INVALID_HANDLE)")
+            rt.driver.capture_status = bad
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=4))
+        exe.rebind_input(_operand(rt, global_bytes(gshape, 4), ib[r], 4)[0])
+        with pytest.raises(CudaError, match="rank 0: cuStreamIsCapturing failed"):
+            exe.execute(5)
+
+    _run_threads(2, rank)
+
+
+def test_a_second_capture_into_one_graph_keeps_the_first_copies():
+    """cuStreamBeginCaptureToGraph twice into one graph: update_captured rebinds both copies."""
+    gshape, itemsize = (6, 8, 4), 8
+    ib, ob = slab_boxes(gshape, 1, 0), slab_boxes(gshape, 1, 1)
+    Gs = [global_bytes(gshape, itemsize, s) for s in (3, 7)]
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        drv = rt.driver
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
+        u, v = (_operand(rt, G, ib[r], itemsize)[0] for G in Gs)
+        exe.rebind_input(u)
+        drv.begin_capture(_USER)
+        exe.execute(_USER)
+        g = drv.captures.pop(_USER)["graph"]  # the capture ends, the graph is kept...
+        drv.captures[_USER] = {"graph": g, "id": drv._new_id(), "deps": [], "status": 1}  # ...and captured into again
+        exe.execute(_USER)
+        drv.captures.pop(_USER)
+        ge = drv.instantiate(g)
+        exe.rebind_input(v)
+        assert exe.update_captured(g, ge) == 2
+
+    _run_threads(1, rank)
+
+
+def test_capture_after_release_workspace_with_layout_variants():
+    """release_workspace frees every variant's staging; one execute() outside the capture re-makes
+    the running variant's, and that is all a capture of it needs."""
+    p, gshape, itemsize = 2, (6, 8, 4), 4
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 2)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        drv = rt.driver
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize), transport="put")
+        assert exe.workspace_bytes
+        exe.rebind_input(_operand(rt, global_bytes(gshape, itemsize), ib[r], itemsize)[0])
+        exe.bind_output(_ghosted(rt, geo.box_shape(ob[r]), 2, itemsize))
+        exe.execute(0)  # a variant
+        exe.bind_output(None)
+        exe.execute(0, release_workspace=True)
+        exe.execute(0)
+        drv.begin_capture(_USER)
+        exe.execute(_USER)
+        drv.end_capture(_USER)
+        exe.release_captured()
+        exe.free()
+
+    _run_threads(p, rank)
+
+
+def test_evicted_variant_with_copies_on_one_rank_is_released_everywhere():
+    """A layout variant evicted while rank 1 still holds a copy of it: retired on both ranks, pending
+    only where a copy was recorded and not released."""
+    from redist.engine.cuda.executable import LAYOUTS
+
+    p, gshape, itemsize = 2, (6, 8, 4), 4
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    pending = {}
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        drv = rt.driver
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
+        exe.rebind_input(_operand(rt, global_bytes(gshape, itemsize), ib[r], itemsize)[0])
+        bufs = [_ghosted(rt, geo.box_shape(ob[r]), k + 1, itemsize) for k in range(LAYOUTS + 2)]
+        exe.bind_output(bufs[0])
+        exe.execute(0)
+        drv.begin_capture(_USER)
+        exe.execute(_USER)  # a copy of the first variant
+        g = drv.end_capture(_USER)
+        if r == 0:
+            drv.destroy_graph(g)
+            exe.release_captured()
+        for b in bufs[1:]:  # the first variant is evicted
+            exe.bind_output(b)
+            exe.execute(0)
+        (_, _, _, held), = rt.retired
+        pending[r, "before"] = held is not None and held()
+        rt.comm.allgather(None)
+        if r == 1:
+            drv.destroy_graph(g)
+            exe.release_captured()
+        pending[r, "after"] = held is not None and held()
+
+    _run_threads(p, rank)
+    assert pending == {(0, "before"): False, (1, "before"): True, (0, "after"): False, (1, "after"): False}
+
+
+def test_reap_frees_retired_memory_once_no_rank_holds_it():
+    """Runtime.retire / reap: an entry goes when every rank retired it and none holds it (pending)."""
+    from redist.engine.cuda.runtime import Runtime
+
+    freed = {0: [], 1: []}
+    flags = {0: [False], 1: [True]}
+
+    def rank(hub, r):
+        rt = object.__new__(Runtime)
+        rt.comm = _Comm(hub, r)
+        rt._retired, rt._retired_lock = {}, threading.Lock()
+        rt.synchronize = lambda: None
+        rt.sym_free = lambda ptr: freed[r].append(("sym", ptr))
+        rt.dev_free = lambda ptr: freed[r].append(("dev", ptr))
+        flag = flags[r]
+        rt.retire((5, 0), [0x100], [0x200], pending=lambda: flag[0])
+        rt.retire((6, 0), [0x300], [], pending=None)
+        rt.reap()
+        assert freed[r] == [("sym", 0x300)], freed[r]  # (5, 0) is still held on rank 1
+        rt.comm.allgather(None)
+        flags[1][0] = False
+        rt.comm.allgather(None)
+        rt.reap()
+        assert freed[r] == [("sym", 0x300), ("dev", 0x200), ("sym", 0x100)] and not rt._retired
+
+    _run_threads(2, rank)
