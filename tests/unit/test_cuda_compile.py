@@ -1638,18 +1638,22 @@ def _ghosted(rt, shape, pad, itemsize):
     return Buffer(base, shape, geo.dense_strides(ghost, "C"), itemsize, "cuda", 0)
 
 
+def _two_operand_job(hub, r, gshape, itemsize=8):
+    """One simulated rank of a P = 1 Slab.X -> Slab.Y job with two operands (patterns 3 and 7)."""
+    ib, ob = slab_boxes(gshape, 1, 0), slab_boxes(gshape, 1, 1)
+    rt = _Runtime(hub, r)
+    exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
+    Gs = [global_bytes(gshape, itemsize, s) for s in (3, 7)]
+    u, v = (_operand(rt, G, ib[r], itemsize)[0] for G in Gs)
+    return rt, rt.driver, exe, u, v, [expected_bytes(G, ob[r], "C") for G in Gs]
+
+
 def test_update_refuses_copies_recorded_with_different_bindings():
     """One object executed for u, then for v, in one captured step: one update cannot rebind both
     (it would give u's copy v); copies recorded with the same binding are updated together."""
-    gshape, itemsize = (6, 8, 4), 8
-    ib, ob = slab_boxes(gshape, 1, 0), slab_boxes(gshape, 1, 1)
-    Gs = [global_bytes(gshape, itemsize, s) for s in (3, 7)]
 
     def rank(hub, r):
-        rt = _Runtime(hub, r)
-        drv = rt.driver
-        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
-        u, v = (_operand(rt, G, ib[r], itemsize)[0] for G in Gs)
+        rt, drv, exe, u, v, wants = _two_operand_job(hub, r, (6, 8, 4))
         drv.begin_capture(_USER)
         for op in (u, v):
             exe.rebind_input(op)
@@ -1666,8 +1670,7 @@ def test_update_refuses_copies_recorded_with_different_bindings():
         exe.rebind_input(u)
         assert exe.update_captured(g2, ge2) == 2
         drv.cuGraphLaunch(ge2, 0)
-        want = expected_bytes(Gs[0], ob[r], "C")
-        assert np.array_equal(rt.hub.read(exe.result.ptr, len(want)), want)
+        assert np.array_equal(rt.hub.read(exe.result.ptr, len(wants[0])), wants[0])
 
     _run_threads(1, rank)
 
@@ -1716,15 +1719,9 @@ def test_a_bad_stream_on_one_rank_is_raised_on_every_rank():
 
 def test_a_second_capture_into_one_graph_keeps_the_first_copies():
     """cuStreamBeginCaptureToGraph twice into one graph: update_captured rebinds both copies."""
-    gshape, itemsize = (6, 8, 4), 8
-    ib, ob = slab_boxes(gshape, 1, 0), slab_boxes(gshape, 1, 1)
-    Gs = [global_bytes(gshape, itemsize, s) for s in (3, 7)]
 
     def rank(hub, r):
-        rt = _Runtime(hub, r)
-        drv = rt.driver
-        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
-        u, v = (_operand(rt, G, ib[r], itemsize)[0] for G in Gs)
+        rt, drv, exe, u, v, wants = _two_operand_job(hub, r, (6, 8, 4))
         exe.rebind_input(u)
         drv.begin_capture(_USER)
         exe.execute(_USER)
@@ -1735,6 +1732,8 @@ def test_a_second_capture_into_one_graph_keeps_the_first_copies():
         ge = drv.instantiate(g)
         exe.rebind_input(v)
         assert exe.update_captured(g, ge) == 2
+        drv.cuGraphLaunch(ge, 0)
+        assert np.array_equal(rt.hub.read(exe.result.ptr, len(wants[1])), wants[1])
 
     _run_threads(1, rank)
 
