@@ -145,7 +145,7 @@ class CudaExecutable:
         self._copies: list[_Copy] = []  # every copy that may still run (what free() must wait for)
         # (graph, exec) -> (its copies, found in the graph; the kernel-node updates that rebind them)
         self._updates: dict[tuple[int, int], tuple[list[_Copy], list | None]] = {}
-        self._agreed_deltas: tuple | None = None  # the active variant's out= offsets at the last agreed execute
+        self._out_unagreed = False  # an out= was bound after the last execute that succeeded
         self._retirements = 0  # variants evicted while copies of them may run
         self._held = [True]  # shared with the retired memory of copies recorded so far: False once released
         self._capture_status = rt.driver.capture_status
@@ -324,6 +324,7 @@ class CudaExecutable:
         self._want = None if all(w is None for w in self._wants) else tuple(self._wants)
         delta = 0 if buf is None else buf.ptr - self.results[field].ptr
         self._active._set_delta(field, delta)  # the running one's nodes only
+        self._out_unagreed = True
 
     def _set_delta(self, field: int, delta: int) -> None:
         if delta == self._out_deltas[field]:
@@ -476,7 +477,7 @@ class CudaExecutable:
                 "execute() inside a CUDA graph capture after release_workspace=True: re-making the staging of "
                 "this out= layout is collective and synchronises the GPU; call execute() with this out= once "
                 "outside the capture first")
-        self._agreed_deltas = tuple(exe._out_deltas)
+        self._out_unagreed = False
         if capture:
             self._record(exe, stream, sync)
         else:
@@ -585,8 +586,7 @@ class CudaExecutable:
         prepared = self._updates.get((graph, graph_exec)) or self._prepare_update(graph, graph_exec)
         copies, calls = prepared
         active = self._active
-        if self._want != self._mine or (self._agreed_deltas is not None
-                                        and tuple(active._out_deltas) != self._agreed_deltas):
+        if self._want != self._mine or self._out_unagreed:
             raise InvalidStateError("update_captured: the out= bound now was not used by a successful execute() (the "
                                     "execute() that bound it failed); call execute() first")
         first = copies[0].binding

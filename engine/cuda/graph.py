@@ -160,6 +160,7 @@ class Driver:
     def __init__(self) -> None:
         from cuda.bindings import driver
 
+        self._tls = threading.local()
         check(driver.cuInit(0), "cuInit")
         lib = None
         for name, (proto, version, fallback) in _SIGNATURES.items():
@@ -188,9 +189,15 @@ class Driver:
 
     def capture_status(self, stream: int) -> int:
         """CAPTURE_NONE / ACTIVE / INVALIDATED, or CAPTURE_IMPLICIT for the legacy stream while a
-        blocking stream is capturing (work there would be an illegal implicit join)."""
-        st = _I(0)
-        rc = self.cuStreamIsCapturing(stream, ctypes.byref(st))
+        blocking stream is capturing (work there would be an illegal implicit join). On every
+        execute: the out-argument is kept per thread (a new one per call cost more than the call)."""
+        try:
+            st, ref = self._tls.status
+        except AttributeError:
+            st = _I(0)
+            ref = ctypes.byref(st)
+            self._tls.status = (st, ref)
+        rc = self.cuStreamIsCapturing(stream, ref)
         if rc == _ERROR_CAPTURE_IMPLICIT:
             return CAPTURE_IMPLICIT
         if rc:
