@@ -66,7 +66,7 @@ from .messages import Message, Side, align, messages
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "out_problem"]
+__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "out_problem", "tag_ub"]
 
 #: the message methods (engine/host/push.py adds "push": stores into a shared window)
 METHODS = ("hybrid", "datatype", "pack", "alltoallw")
@@ -82,6 +82,26 @@ _METHOD_TEXT = {
 CACHE_SIZE = 4
 #: up to this many ranks, execute agrees through message tags (zero-byte messages fill the gaps)
 COMPLETE_MAX = 16
+
+
+#: the standard's lower bound for MPI_TAG_UB: what any MPI allows
+MIN_TAG_UB = 32767
+
+
+def tag_ub(comm: MPI.Intracomm) -> int:
+    """The largest message tag on ``comm`` (MPI_TAG_UB), the same on every rank.
+
+    Open MPI and Intel MPI attach the predefined attributes to ``MPI.COMM_WORLD`` only: on a
+    split communicator or a duplicate ``Get_attr(TAG_UB)`` is None there (MPICH copies it). Then
+    COMM_WORLD's value holds, else the standard's minimum.
+    """
+    from mpi4py import MPI
+
+    for c in (comm, MPI.COMM_WORLD):
+        value = c.Get_attr(MPI.TAG_UB)
+        if value is not None:
+            return int(value)
+    return MIN_TAG_UB
 
 
 def out_problem(plan: Plan, buf: Buffer) -> str | None:
@@ -135,7 +155,7 @@ class HostExecutable:
         self.comm = comm  # the context's communicator (not owned)
         self._logger = logger
         self._itemsizes = isz = fused.itemsizes
-        span = max(1, (int(comm.Get_attr(MPI.TAG_UB)) + 1) // 2)  # executable k: tags 2k (well), 2k + 1 (failed)
+        span = max(1, (tag_ub(comm) + 1) // 2)  # executable k: tags 2k (well), 2k + 1 (failed)
         self._ok_tag = 2 * (tag % span)
         self._err_tag = self._ok_tag + 1
         self._second = second  # the communicator of a pair's messages 1, 2, ... (several fields; not owned)

@@ -39,7 +39,7 @@ from ..errors import CommunicationError, InvalidValueError, NotSupportedError
 from ..plan import Copy, FusedPlan, Plan, fuse, simplify
 from ..strided import HostBuffer
 from ._datatypes import copy_views
-from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem
+from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem, tag_ub
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -76,7 +76,7 @@ class PushExecutable:
         self._serial = tag
         self._logger = logger
         P, me = plan.nranks, plan.rank
-        span = max(1, (int(self.comm.Get_attr(MPI.TAG_UB)) + 1) // 4)
+        span = max(1, (tag_ub(self.comm) + 1) // 4)
         base_tag = 4 * (tag % span)
         self._ok_tag, self._err_tag, self._arrival_tag = base_tag, base_tag + 1, base_tag + 2
         # every field's result in the window, each at its own offset (a rank's offsets follow its
