@@ -139,7 +139,7 @@ class LowerOptions:
     host_method: str = "auto"
     signal: str = "epoch"
     blocking: bool = False
-    logger: logging.Logger | None = None
+    logger: logging.Logger | logging.LoggerAdapter | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -139,7 +139,7 @@ class HostExecutable:
     results: tuple[Buffer, ...]
 
     def __init__(
-        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | None,
+        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | logging.LoggerAdapter | None,
         second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (),
     ) -> None:
         from mpi4py import MPI
@@ -325,7 +325,6 @@ class HostExecutable:
             self._sides_in.move_to_end(ptrs)
             return side
         side = Side()
-        comm = self.comm
         srcs = [HostBuffer(ptr, isz) for ptr, isz in zip(ptrs, self._itemsizes)]
         if self._send_stage is None and self._send_stage_bytes:
             self._make_send_staging()
@@ -356,7 +355,7 @@ class HostExecutable:
             return side
         side = Side()
         _, msgs, nbytes = self._layout(strides)
-        comm, MPI = self.comm, self._MPI
+        MPI = self._MPI
         stage = self._recv_staging(strides, nbytes)
         dsts = [HostBuffer(ptr, isz) for ptr, isz in zip(ptrs, self._itemsizes)]
         for m in msgs:

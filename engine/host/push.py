@@ -63,7 +63,7 @@ class PushExecutable:
     result: Buffer
     results: tuple[Buffer, ...]
 
-    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: logging.Logger | None) -> None:
+    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: logging.Logger | logging.LoggerAdapter | None) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
