@@ -52,13 +52,19 @@ def main() -> int:
         want = g[sl(Slab.Y.box(rank, shape, nranks=nranks))]
         for method in METHODS:
             if method not in available_methods() + ("auto", "push"):
-                rep.expect_error(lambda: Redistribute(a, Slab.X, Slab.Y, options={"host_method": method}).plan(),
-                                 NotSupportedError, r"needs MPI-4 persistent collectives", f"{kind}: {method}")
+                rep.expect_error(
+                    lambda: Redistribute(a, Slab.X, Slab.Y, options={"host_method": method}).plan(),
+                    NotSupportedError,
+                    r"needs MPI-4 persistent collectives",
+                    f"{kind}: {method}",
+                )
                 continue
             with Redistribute(a, Slab.X, Slab.Y, options={"host_method": method}) as r:
                 r.plan()
                 for step in range(2):
-                    rep.check(np.array_equal(r.execute(), want), f"{kind}, host_method={method}, execute {step}")
+                    rep.check(
+                        np.array_equal(r.execute(), want), f"{kind}, host_method={method}, execute {step}"
+                    )
     except Exception:  # noqa: BLE001
         rep.exception(kind)
     rc = rep.finish()
