@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from mpi4py import MPI
 
 import redist
 from redist import Box, Redistribute, Slab
@@ -40,14 +41,14 @@ def jacobi(ghosted: np.ndarray, rows: slice) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--shape", type=int, nargs=2, default=[96, 64])
     parser.add_argument("--iterations", type=int, default=50)
     args = parser.parse_args()
     shape = (args.shape[0], args.shape[1])
 
     redist.initialize()
-    comm = redist.get_context().process_group.mpi_comm
+    comm = MPI.COMM_WORLD  # the processes redist.initialize() runs on by default
     rank = comm.Get_rank()
     mine = Slab.X.box(rank, shape)
     lo, hi = mine.lower[0], mine.upper[0]  # my rows: [lo, hi)
@@ -69,7 +70,7 @@ def main() -> None:
             halo.reset_operand_unchecked(u)  # the other buffer: same layout, no checks
 
     pieces = comm.gather(u, root=0)
-    if rank == 0:
+    if pieces is not None:  # rank 0
         reference = boundary(shape)
         for _ in range(args.iterations):
             padded = np.vstack([reference[:1], reference, reference[-1:]])  # ghost rows outside the grid

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from mpi4py import MPI
 
 import redist
 from redist import Redistribute, Slab
@@ -33,14 +34,14 @@ def initial(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--shape", type=int, nargs=3, default=[64, 64, 64])
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
     shape = tuple(args.shape)
 
     redist.initialize()  # collective: starts MPI (and the GPU, if any)
-    comm = redist.get_context().process_group.mpi_comm
+    comm = MPI.COMM_WORLD  # the processes redist.initialize() runs on by default
     rank = comm.Get_rank()
     x_box = Slab.X.box(rank, shape)
     u = np.ascontiguousarray(initial(shape)[x_box.lower[0] : x_box.upper[0]])  # my X-slab
@@ -57,7 +58,7 @@ def main() -> None:
                 u = to_x.execute().copy()  # the result is persistent: copy what you keep
 
     pieces = comm.gather(u, root=0)
-    if rank == 0:
+    if pieces is not None:  # rank 0
         reference = initial(shape)
         for _ in range(args.steps):
             reference = smooth(smooth(smooth(reference, 1), 2), 0)

@@ -48,7 +48,6 @@ all it holds when garbage-collected.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -65,6 +64,8 @@ from .messages import Message, Side, align, messages
 
 if TYPE_CHECKING:
     from mpi4py import MPI
+
+    from ..backend import Logger
 
 __all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "out_problem", "tag_ub"]
 
@@ -139,7 +140,7 @@ class HostExecutable:
     results: tuple[Buffer, ...]
 
     def __init__(
-        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | logging.LoggerAdapter | None,
+        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: Logger | None,
         second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (),
     ) -> None:
         from mpi4py import MPI

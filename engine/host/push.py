@@ -25,7 +25,6 @@ result array included: a result the user still holds stays valid).
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -44,7 +43,7 @@ from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem, tag_ub
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-    from ..backend import Context
+    from ..backend import Context, Logger
 
 __all__ = ["PushExecutable"]
 
@@ -63,7 +62,7 @@ class PushExecutable:
     result: Buffer
     results: tuple[Buffer, ...]
 
-    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: logging.Logger | logging.LoggerAdapter | None) -> None:
+    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: Logger | None) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
