@@ -60,6 +60,8 @@ extern "Python" int32_t _redist_py_get_nfields(intptr_t, int32_t *);
 extern "Python" int32_t _redist_py_release_operand(intptr_t);
 extern "Python" int32_t _redist_py_free(intptr_t);
 extern "Python" int32_t _redist_py_graph(intptr_t, uintptr_t, uintptr_t *);
+extern "Python" int32_t _redist_py_update_graph_exec(intptr_t, uintptr_t, uintptr_t, int32_t *);
+extern "Python" int32_t _redist_py_release_captured(intptr_t);
 void _redist_set_last_error(const char *);
 void _redist_set_init_error(const char *);
 int _redist_started_python(void);

@@ -513,6 +513,19 @@ def _graph(hid, stream, graph_p):
     return 0
 
 
+def _update_graph_exec(hid, graph, graph_exec, ncopies_p):
+    h = _handles.get(hid) or _lookup(hid)
+    if not graph or not graph_exec:
+        raise E.InvalidValueError("cuda_graph and cuda_graph_exec must not be NULL")
+    ncopies_p[0] = h.r.update_captured((graph, graph_exec))
+    return 0
+
+
+def _release_captured(hid):
+    (_handles.get(hid) or _lookup(hid)).r.release_captured()
+    return 0
+
+
 _BODIES = {
     "_redist_py_initialize": _initialize,
     "_redist_py_finalize": _finalize,
@@ -532,6 +545,8 @@ _BODIES = {
     "_redist_py_release_operand": _release_operand,
     "_redist_py_free": _free,
     "_redist_py_graph": _graph,
+    "_redist_py_update_graph_exec": _update_graph_exec,
+    "_redist_py_release_captured": _release_captured,
 }
 
 

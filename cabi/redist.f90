@@ -100,6 +100,7 @@ module redist
   public :: redist_execute_strided
   public :: redist_reset_operand, redist_reset_operand_unchecked, redist_release_operand, redist_free
   public :: redist_graph, redist_get_error_string, redist_get_last_error, redist_version
+  public :: redist_update_graph_exec, redist_release_captured
   public :: redist_create_ex, redist_options_init_f, redist_options_result_order_f
   public :: redist_create_f, redist_string, redist_last_error_message, redist_error_message
   public :: redist_create_fields, redist_get_nfields, redist_execute_fields, redist_execute_fields_strided
@@ -338,6 +339,23 @@ module redist
       type(c_ptr), intent(out) :: cuda_graph
       integer(c_int32_t) :: status
     end function redist_graph
+
+    !> Local: push the operand bound now into the copies of this exchange in the application's graph.
+    function redist_update_graph_exec(handle, cuda_graph, cuda_graph_exec, ncopies) &
+        bind(C, name="redist_update_graph_exec") result(status)
+      import :: redist_t, c_int32_t, c_ptr
+      type(redist_t), value :: handle
+      type(c_ptr), value :: cuda_graph, cuda_graph_exec
+      integer(c_int32_t), intent(out) :: ncopies
+      integer(c_int32_t) :: status
+    end function redist_update_graph_exec
+
+    !> Local: the application's graphs holding copies of this exchange are destroyed (call before redist_free).
+    function redist_release_captured(handle) bind(C, name="redist_release_captured") result(status)
+      import :: redist_t, c_int32_t
+      type(redist_t), value :: handle
+      integer(c_int32_t) :: status
+    end function redist_release_captured
 
     !> Static C text for a status (see redist_error_message for a Fortran string).
     function redist_get_error_string(status) bind(C, name="redist_get_error_string") result(str)

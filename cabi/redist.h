@@ -351,6 +351,30 @@ redist_status_t redist_free(redist_t handle);
  */
 redist_status_t redist_graph(redist_t handle, void *stream, void **cuda_graph);
 
+/**
+ * @brief Rebind the copies of this exchange recorded into the application's CUDA graph. Local.
+ *
+ * redist_execute() on a stream that is capturing (cudaStreamBeginCapture, any mode) records the
+ * exchange into that capture as one child-graph node instead of running it; every launch of the
+ * instantiated graph then runs it. Such a copy keeps the bindings it was recorded with: after
+ * redist_reset_operand*(), call this to push the operand bound now (and the `out` of the last
+ * redist_execute) into every copy in `cuda_graph_exec`. Launches already enqueued are unaffected.
+ * @param cuda_graph      the `cudaGraph_t` the capture produced (still alive: the copies' nodes live in it)
+ * @param cuda_graph_exec a `cudaGraphExec_t` instantiated from `cuda_graph`
+ * @param ncopies         out (may be NULL): how many copies were updated
+ * ::REDIST_ERROR_INVALID_VALUE when `cuda_graph` holds no copy of this exchange;
+ * ::REDIST_ERROR_NOT_SUPPORTED for host memory.
+ */
+redist_status_t redist_update_graph_exec(redist_t handle, void *cuda_graph, void *cuda_graph_exec, int32_t *ncopies);
+
+/**
+ * @brief Declare that no graph of the application holding a copy of this exchange (recorded by
+ * redist_execute during a capture) will be launched again: the application destroyed them. Local.
+ * Until then redist_free keeps the memory the copies use (freed at redist_finalize) and
+ * `release_workspace` is refused. Call it before redist_free. Host memory: does nothing.
+ */
+redist_status_t redist_release_captured(redist_t handle);
+
 /** @brief Static text describing a status code ("unknown status" for others). */
 const char *redist_get_error_string(redist_status_t status);
 

@@ -84,6 +84,8 @@ static int32_t _redist_py_get_nfields(intptr_t, int32_t *);
 static int32_t _redist_py_release_operand(intptr_t);
 static int32_t _redist_py_free(intptr_t);
 static int32_t _redist_py_graph(intptr_t, uintptr_t, uintptr_t *);
+static int32_t _redist_py_update_graph_exec(intptr_t, uintptr_t, uintptr_t, int32_t *);
+static int32_t _redist_py_release_captured(intptr_t);
 
 /* --- start-up ----------------------------------------------------------------------------- */
 
@@ -392,6 +394,23 @@ CFFI_DLLEXPORT redist_status_t redist_graph(redist_t handle, void *stream, void 
     if (cuda_graph != NULL)
         *cuda_graph = st == REDIST_SUCCESS ? (void *)g : NULL;
     return (redist_status_t)st;
+}
+
+CFFI_DLLEXPORT redist_status_t redist_update_graph_exec(redist_t handle, void *cuda_graph, void *cuda_graph_exec,
+                                                       int32_t *ncopies)
+{
+    int32_t n = 0, st;
+    REDIST_ENSURE_PYTHON();
+    st = _redist_py_update_graph_exec((intptr_t)handle, (uintptr_t)cuda_graph, (uintptr_t)cuda_graph_exec, &n);
+    if (ncopies != NULL)
+        *ncopies = st == REDIST_SUCCESS ? n : 0;
+    return (redist_status_t)st;
+}
+
+CFFI_DLLEXPORT redist_status_t redist_release_captured(redist_t handle)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_release_captured((intptr_t)handle);
 }
 
 /* No Python needed below: these work even when start-up failed. */

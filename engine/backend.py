@@ -168,6 +168,9 @@ class Executable(Protocol):
     :attr:`results` holds one engine-owned result per field and :meth:`rebind_inputs` rebinds
     every field at once (on CUDA one node update per kernel).
 
+    Capture: :meth:`execute` on a stream the user is capturing records the exchange into that
+    capture (CUDA backend) instead of running it; :meth:`update_captured` later rebinds such copies.
+
     Agreement: :meth:`execute` is where ranks agree on the call. Each rank passes its local
     ``problem`` (None when it has none); if any rank has one, or the ranks' call signatures
     differ (bound output's :meth:`out_signature`, ``sync``, ``release_workspace``), every rank
@@ -205,6 +208,15 @@ class Executable(Protocol):
 
     def graph(self, stream: int = 0) -> int:
         """The CUDA graph execute() launches (CUgraph as int); NotSupportedError on host."""
+
+    def update_captured(self, graph: int, graph_exec: int) -> int:
+        """Push the bindings of now into the copies of this exchange that execute() recorded into the
+        user's ``graph`` (captured while execute() ran on a capturing stream), inside ``graph_exec``
+        (instantiated from ``graph``); how many copies. Local. NotSupportedError on host."""
+
+    def release_captured(self) -> None:
+        """The caller's graphs holding copies of this exchange will not be launched again (local):
+        free() and release_workspace may then reclaim what the copies use. A no-op on host."""
 
     def release_input(self) -> None:
         """Drop every reference to the operand (bind_input again before the next execute)."""

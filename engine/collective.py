@@ -149,7 +149,8 @@ class CallCheck:
             shown = ", ".join(f"rank {r}: {w!r}" for r, (_, w) in enumerate(every))
             raise errors.InvalidValueError(
                 "the ranks called execute() with different arguments that must be equal on every rank "
-                f"({'out=, ' if len(set(sigs)) > 1 else ''}sync_symmetric_memory, release_workspace): {shown}"
+                f"({'out=, ' if len(set(sigs)) > 1 else ''}sync_symmetric_memory, release_workspace, whether the stream is "
+                f"capturing a CUDA graph): {shown}"
             )
         return int(recv[3])
 

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from cuda_timing import per_iteration_us  # perf/cuda_timing.py (the script's folder is on sys.path)
+from cuda_timing import per_iteration_us, start_gpu  # perf/cuda_timing.py (the script's folder is on sys.path)
 
 
 def main():
@@ -49,14 +49,8 @@ def main():
 
     import redist
 
-    redist.initialize()
-    ctx = redist.get_context()
-    pg = ctx.process_group
-    comm, rank, P = pg.mpi_comm, pg.rank, pg.nranks
+    ctx, comm, rank, P, stream = start_gpu()
     dev = ctx.device_id
-    assert dev is not None, "no GPU: redist runs CPU-only here"
-    cp.cuda.Device(dev).use()
-    stream = cp.cuda.Stream(non_blocking=True)
 
     def timed(fn, iters=args.iters, reps=args.reps, warm=5):
         return per_iteration_us(fn, stream, iters=iters, reps=reps, warm=warm, comm=comm)

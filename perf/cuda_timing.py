@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The one GPU timing loop of the perf/ scripts: CUDA events around repetitions of back-to-back calls."""
+"""The one GPU timing loop of the perf/ scripts (CUDA events around repetitions of back-to-back
+calls) and their common set-up."""
 
 from __future__ import annotations
 
@@ -30,3 +31,18 @@ def per_iteration_us(fn: Callable[[], object], stream, *, iters: int, reps: int,
         ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / iters)
     t = statistics.median(ts)
     return t if comm is None else max(comm.allgather(t))
+
+
+def start_gpu():
+    """redist initialised on this rank's GPU (cupy's current device): (context, comm, rank, nranks,
+    a non-blocking cupy stream)."""
+    import cupy as cp
+
+    import redist
+
+    redist.initialize()
+    ctx = redist.get_context()
+    pg = ctx.process_group
+    assert ctx.device_id is not None, "no GPU: redist runs CPU-only here"
+    cp.cuda.Device(ctx.device_id).use()
+    return ctx, pg.mpi_comm, pg.rank, pg.nranks, cp.cuda.Stream(non_blocking=True)

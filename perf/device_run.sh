@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
-#   bash perf/device_run.sh STEP...      steps: tests shared bench bench-old cabi tune nvmath permuted sizes fields
+#   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune nvmath permuted sizes fields
+#                                        bench-capture
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -21,12 +22,20 @@ for s in "$@"; do
   tests)
     step "GPU tests P=1 + CUDA compile tests"
     timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -x tests/gpu/test_cuda.py tests/unit/test_cuda_compile.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15 ;;
+  capture)
+    step "capture tests P=1, then ${CAPTURE_K:-P2} ranks sharing the GPU"
+    timeout ${CAPTURE_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_capture.py -k P1 2>&1 | tee "$OUT/pytest_capture.txt" | tail -15
+    REDIST_SHARED_GPU=1 timeout ${CAPTURE_SHARED_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_capture.py -k "shared and (${CAPTURE_K:-P2})" 2>&1 | tee -a "$OUT/pytest_capture.txt" | tail -15 ;;
+  bench-capture)
+    step "captured step vs eager, P=1"
+    timeout 300 $MPI -n 1 python3 perf/bench_capture.py --out "$OUT/bench_capture.md" 2>&1 | tail -30 ;;
   shared)
     step "GPU tests, several ranks on one GPU"
     REDIST_SHARED_GPU=1 timeout ${SHARED_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda.py tests/cabi/test_cabi.py -k "shared and (${SHARED_K:-P2})" 2>&1 | tee -a "$OUT/pytest_shared.txt" | tail -15 ;;
   cabi)
     step "C ABI device example"
-    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/cabi/test_cabi.py -k device 2>&1 | tee "$OUT/pytest_cabi_gpu.txt" | tail -5 ;;
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/cabi/test_cabi.py -k device 2>&1 | tee "$OUT/pytest_cabi_gpu.txt" | tail -5
+    REDIST_SHARED_GPU=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/cabi/test_cabi.py -k "device_loop and P2" 2>&1 | tee -a "$OUT/pytest_cabi_gpu.txt" | tail -3 ;;
   bench)
     step "bench P=1 (this tree)"
     timeout 300 $MPI -n 1 python3 perf/bench_cuda.py --sizes 32 128 512 --iters 100 --reps 9 --out "$OUT/bench_p1_new.md" 2>&1 | grep -v '^{' | tail -8 ;;

@@ -18,7 +18,7 @@ from ._distributions import Box, Distribution
 from ._resolve import resolve_boxes
 from ._operands import Operand, as_array, wrap
 from ._options import RedistributeOptions, ranked_logger
-from ._streams import current_stream, stream_handle
+from ._streams import current_stream, graph_handles, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
 from .engine.geometry import axis_order, normal_order
@@ -211,7 +211,7 @@ class Redistribute(Generic[ArrayT]):
         if self._fresh and op.package == "raw":
             raise NotSupportedError('result="fresh" needs numpy, torch or cupy operands (a RawArray has no allocator)')
         self._last_stream = self._last_handle = None
-        self._plan = None
+        self._plan = self._release = None
         self._state = _State.NEW
         self._serial = _runtime._register(self)
         if self._logger.isEnabledFor(logging.INFO):
@@ -305,7 +305,7 @@ class Redistribute(Generic[ArrayT]):
     def plan(self, stream: Any = None) -> None:
         """Collective: build the transfer plan and lower it to the execution backend.
 
-        For CUDA execution the graph is captured on the first execute (or :meth:`graph`).
+        For CUDA execution the exchange is captured into its CUDA graph here, once.
         Planning twice is a no-op. On failure every rank raises and the object stays unplanned.
         """
         self._check_not_freed("plan")
@@ -332,6 +332,7 @@ class Redistribute(Generic[ArrayT]):
             results = tuple(as_array(exe.results[f], t, owner=exe) for f, t in enumerate(self._templates))
             self._result = results if self._fields else results[0]
         self._plan, self._exe = plan, exe
+        self._release = exe.release_captured  # still callable after free()
         self._state = _State.READY if self._state is _State.NEW else _State.RELEASED
         if self._logger.isEnabledFor(logging.INFO):
             self._logger.info(
@@ -357,11 +358,31 @@ class Redistribute(Generic[ArrayT]):
         rank (a new stride pattern lowers the exchange for it once, collectively). ``release_workspace`` and
         ``sync_symmetric_memory`` follow nvmath-python and must be equal on all ranks. Any
         problem on any rank raises the same error on every rank.
+
+        GPU: on a stream that is capturing a CUDA graph (``torch.cuda.graph``, cupy's
+        ``begin_capture``, ``cudaStreamBeginCapture``; any capture mode) the exchange is not run
+        but recorded into that capture, after what the stream captured so far, as one child-graph
+        node; every replay of the user's graph then runs it. Every rank must capture (or not) alike
+        and replay the same graphs in the same order, stream-ordered with its direct executes of
+        this object. What cannot be captured (a first ``out=`` of new strides, ``release_workspace``,
+        ``result="fresh"``, host operands) raises on every rank before anything is enqueued, so the
+        capture stays valid. See :meth:`update_captured` for rebinding the recorded copies.
         """
         exe = self._exe
         problem = None
+        s = 0
+        if self._streams:
+            if stream is not None and stream is self._last_stream:
+                s = self._last_handle
+            else:
+                try:
+                    s = self._stream(stream)
+                except Exception as e:  # noqa: BLE001
+                    problem = collective.problem(e)
+        elif stream is not None and self._ctx.cuda is not None:  # a host exchange handed a CUDA stream
+            problem = self._host_capture_problem(stream)
         if out is None and self._fresh and exe is not None:
-            out = self._fresh_result()
+            out = self._fresh_result(s)
         if self._state is not _State.READY:
             if exe is None:  # before plan() or after free(): this rank cannot take part
                 self._check_not_freed("execute")
@@ -383,15 +404,6 @@ class Redistribute(Generic[ArrayT]):
             p = self._bind_out(out, 0)
             if p is not None and problem is None:
                 problem = p
-        s = 0
-        if self._streams:
-            if stream is not None and stream is self._last_stream:
-                s = self._last_handle
-            else:
-                try:
-                    s = self._stream(stream)
-                except Exception as e:  # noqa: BLE001
-                    problem = problem or collective.problem(e)
         if self._logger.isEnabledFor(logging.DEBUG):  # per call: DEBUG (a time loop would flood INFO)
             t0 = time.perf_counter()
             exe.execute(s, sync_symmetric_memory, release_workspace, problem)
@@ -402,8 +414,21 @@ class Redistribute(Generic[ArrayT]):
             exe.execute(s, sync_symmetric_memory, release_workspace, problem)
         return target
 
-    def _fresh_result(self):
-        """result="fresh": a new array for this execute (on GPUs collective: symmetric memory)."""
+    def _host_capture_problem(self, stream) -> collective.Problem | None:
+        """Why a host exchange cannot take ``stream`` (it is capturing a CUDA graph), or None."""
+        try:
+            capturing = self._ctx.cuda.driver.capture_status(stream_handle(stream))
+        except Exception as e:  # noqa: BLE001
+            return collective.problem(e)
+        if not capturing:
+            return None
+        return ("InvalidValueError", ("execute(stream=...) with host operands on a stream that is capturing a "
+                "CUDA graph: a host exchange runs on MPI when called and cannot be recorded into a graph; call it "
+                "outside the capture, or capture GPU operands"))
+
+    def _fresh_result(self, stream: int):
+        """result="fresh": a new array for this execute (on GPUs collective: symmetric memory, which a
+        capture cannot hold: every rank learns first whether some rank's stream is capturing)."""
         t, shape = self._template, self._exe.result.shape
         if t.memory == "cpu":
             perm = axis_order(self._out_order, len(shape))
@@ -416,6 +441,11 @@ class Redistribute(Generic[ArrayT]):
             return torch.empty(stored, dtype=t.dtype).permute(*inverse)
         from ._symmetric import allocate_symmetric_memory
 
+        capturing = self._ctx.cuda.driver.capture_status(stream) if self._backend == "cuda" else 0
+        collective.agree(self._ctx.engine.comm, ("InvalidStateError", (
+            'execute() with result="fresh" inside a CUDA graph capture: a fresh result is a collective symmetric '
+            'allocation, which a capture cannot hold; use result="persistent" (the default) or out=')) if capturing
+            else None)
         return allocate_symmetric_memory(shape, t.package, dtype=t.dtype, axis_order=self._out_order,
                                          make_symmetric=True)
 
@@ -659,6 +689,39 @@ class Redistribute(Generic[ArrayT]):
         """The CUDA graph (``CUgraph`` handle as int) executed for ``stream``, for use as a child node."""
         self._need_planned("graph")
         return self._exe.graph(self._stream(stream))
+
+    def update_captured(self, graph: Any, /) -> int:
+        """Push the operand bound now (and the out= and sync_symmetric_memory of the last execute)
+        into every copy of this exchange that :meth:`execute` recorded into the user's ``graph``.
+
+        An execute on a stream that is capturing a CUDA graph (``torch.cuda.graph``, cupy's
+        ``Stream.begin_capture``, ``cudaStreamBeginCapture``) records the exchange into that graph
+        as a child-graph node: a copy, which keeps the bindings it was recorded with. After
+        :meth:`reset_operand_unchecked` (or :meth:`reset_operand`), call this to make the copies in
+        ``graph`` read the new operand from the next replay on (launches already enqueued are not
+        affected). Local: no communication, like :meth:`reset_operand_unchecked`.
+
+        ``graph``: a ``torch.cuda.CUDAGraph`` made with ``keep_graph=True`` and instantiated, a
+        ``cupy.cuda.Graph``, or a ``(cudaGraph_t, cudaGraphExec_t)`` pair. Returns how many copies
+        were updated. Once you destroy such graphs, call :meth:`release_captured`.
+        """
+        self._need_planned("update_captured")
+        if self._state is not _State.READY:
+            raise InvalidStateError("update_captured: the operand has been released; reset_operand() first")
+        g, ge = graph_handles(graph)
+        return self._exe.update_captured(g, ge)
+
+    def release_captured(self) -> None:
+        """Declare that no CUDA graph of yours holding a copy of this exchange (recorded by
+        :meth:`execute` during a capture) will be launched again: you destroyed those graphs.
+
+        Local. Until then the memory the copies use outlives :meth:`free` (it is retired and freed
+        at ``redist.finalize()``) and ``release_workspace=True`` is refused. May be called after
+        :meth:`free` too: the retired memory is then freed at the next plan (collectively, once
+        every rank that recorded copies has released them). A no-op on host.
+        """
+        if self._release is not None:
+            self._release()
 
     def free(self) -> None:
         """Collective: release every resource (waits for in-flight GPU work first). Idempotent."""

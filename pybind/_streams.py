@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""CUDA streams of every kind (cupy, torch, cuda.core, raw ``cudaStream_t``) as one integer."""
+"""CUDA streams of every kind (cupy, torch, cuda.core, raw ``cudaStream_t``) as one integer, and the
+(graph, exec) handles of the user's instantiated CUDA graphs (torch, cupy, raw)."""
 
 from __future__ import annotations
 
-from .engine.errors import InvalidTypeError
+from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 
-__all__ = ["current_stream", "stream_handle"]
+__all__ = ["current_stream", "graph_handles", "stream_handle"]
 
 
 def stream_handle(stream) -> int:
@@ -40,3 +41,43 @@ def current_stream(package: str, device_id: int | None) -> int | None:
 
         return torch.cuda.current_stream(device_id).cuda_stream
     return None
+
+
+def graph_handles(graph) -> tuple[int, int]:
+    """``(cudaGraph_t, cudaGraphExec_t)`` of an instantiated graph of the user's.
+
+    ``torch.cuda.CUDAGraph`` (made with ``keep_graph=True``: torch destroys the cudaGraph_t after
+    instantiating it otherwise, and the copies' nodes with it), ``cupy.cuda.Graph`` (cupy 13+:
+    ``.graph`` and ``.graphExec``), or a pair ``(graph, graph_exec)`` of ints or cuda.bindings
+    handles.
+    """
+    if isinstance(graph, (tuple, list)) and len(graph) == 2:
+        try:
+            return int(graph[0]), int(graph[1])
+        except (TypeError, ValueError) as e:
+            raise InvalidTypeError(f"a (graph, graph_exec) pair must hold two handles (ints), got {graph!r}") from e
+    if hasattr(graph, "graphExec"):  # cupy.cuda.Graph
+        g, ge = int(graph.graph), int(graph.graphExec)
+        if not g:
+            raise InvalidValueError("this cupy Graph no longer holds its cudaGraph_t (cupy < 13 destroys it after "
+                                    "instantiating): update_captured needs cupy 13 or newer")
+        return g, ge
+    name = f"{type(graph).__module__}.{type(graph).__qualname__}"
+    if hasattr(graph, "raw_cuda_graph"):  # torch.cuda.CUDAGraph
+        try:
+            g = int(graph.raw_cuda_graph())
+        except RuntimeError as e:
+            raise InvalidValueError(
+                "update_captured needs the graph the exchange was recorded into, which torch destroys after "
+                "instantiating it unless the graph is made with torch.cuda.CUDAGraph(keep_graph=True)") from e
+        if not hasattr(graph, "raw_cuda_graph_exec"):
+            raise InvalidValueError(f"this torch ({name}) has no CUDAGraph.raw_cuda_graph_exec(): pass the pair "
+                                    "(graph, graph_exec) of the exec you launch")
+        try:
+            ge = int(graph.raw_cuda_graph_exec())
+        except RuntimeError as e:
+            raise InvalidStateError("the torch graph is not instantiated yet: call instantiate() (or replay() once) "
+                                    "before update_captured") from e
+        return g, ge
+    raise InvalidTypeError(f"unsupported graph object {name}: pass a torch.cuda.CUDAGraph, a cupy.cuda.Graph or a "
+                           "(cudaGraph_t, cudaGraphExec_t) pair")

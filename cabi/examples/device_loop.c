@@ -11,7 +11,11 @@
  *
  *          [memcpy host->d_in] -> [child: redist] -> [memcpy result->host]
  *
- *      and launches that graph every step with new input, checking every element.
+ *      and launches that graph every step with new input, checking every element;
+ *   3. the application captures a whole step on its stream (cudaStreamBeginCapture): an upload,
+ *      redist_execute (recorded into the capture as one child-graph node, nothing runs), a
+ *      download; it instantiates and launches the step; after redist_reset_operand to another
+ *      device array, redist_update_graph_exec makes the captured copy read the new operand.
  *
  * Needs CUDA (headers + libcudart) and a GPU per process; without the headers this file
  * compiles to a stub that says so. Device: the launcher's local rank (MPICH, Open MPI, Slurm) modulo
@@ -155,9 +159,46 @@ int main(int argc, char **argv)
 
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(app));
+
+    /* 3. the whole step captured by the application */
+    cudaGraph_t step_graph;
+    cudaGraphExec_t step_exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    CUDA_CHECK(cudaMemcpyAsync(d_in, h_in, nin * sizeof(double), cudaMemcpyHostToDevice, stream));
+    CHECK(redist_execute(h, stream, NULL, &d_res)); /* recorded into the capture */
+    CUDA_CHECK(cudaMemcpyAsync(h_out, d_res, nout * sizeof(double), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamEndCapture(stream, &step_graph));
+    CUDA_CHECK(cudaGraphInstantiate(&step_exec, step_graph, 0));
+    for (int s = steps + 1; s <= 2 * steps; s++) {
+        for (size_t n = 0; n < nin; n++)
+            h_in[n] = (double)(xlo[0] * gs[1] * gs[2] + (int64_t)n) + 1e6 * s;
+        CUDA_CHECK(cudaGraphLaunch(step_exec, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        bad += check_result(h_out, ylo, yhi, gs, s);
+    }
+    /* rebind: the captured copy keeps reading d_in until redist_update_graph_exec */
+    double *d_in2;
+    int32_t ncopies = 0, s2 = 2 * steps + 1;
+    CUDA_CHECK(cudaMalloc((void **)&d_in2, (nin + 1) * sizeof(double)));
+    for (size_t n = 0; n < nin; n++)
+        h_in[n] = (double)(xlo[0] * gs[1] * gs[2] + (int64_t)n) + 1e6 * s2;
+    CUDA_CHECK(cudaMemcpy(d_in2, h_in, nin * sizeof(double), cudaMemcpyHostToDevice));
+    for (size_t n = 0; n < nin; n++) /* what the captured upload still writes into d_in */
+        h_in[n] = -1.0;
+    CHECK(redist_reset_operand(h, d_in2));
+    CHECK(redist_update_graph_exec(h, step_graph, step_exec, &ncopies));
+    bad += ncopies != 1;
+    CUDA_CHECK(cudaGraphLaunch(step_exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    bad += check_result(h_out, ylo, yhi, gs, s2);
+    CUDA_CHECK(cudaGraphExecDestroy(step_exec));
+    CUDA_CHECK(cudaGraphDestroy(step_graph));
+    CHECK(redist_release_captured(h)); /* no graph holds a copy any more: redist_free may free it all */
+
     CHECK(redist_free(h));
     CHECK(redist_finalize());
     CUDA_CHECK(cudaFree(d_in));
+    CUDA_CHECK(cudaFree(d_in2));
     CUDA_CHECK(cudaFreeHost(h_in));
     CUDA_CHECK(cudaFreeHost(h_out));
     CUDA_CHECK(cudaStreamDestroy(stream));
@@ -165,8 +206,9 @@ int main(int argc, char **argv)
         printf("rank %d/%d: FAILED, %ld wrong elements\n", rank, nranks, bad);
         return 1;
     }
-    printf("rank %d/%d: OK on GPU %d, execute + %d child-graph launches, every element of %lld x %lld x %lld checked\n",
-           rank, nranks, device, steps, (long long)gs[0], (long long)gs[1], (long long)gs[2]);
+    printf("rank %d/%d: OK on GPU %d, execute + %d child-graph launches + %d launches of a captured step (and one "
+           "after redist_update_graph_exec), every element of %lld x %lld x %lld checked\n",
+           rank, nranks, device, steps, steps, (long long)gs[0], (long long)gs[1], (long long)gs[2]);
     return 0;
 }
 #endif

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import collective
 from ..buffer import Buffer, self_overlapping
-from ..errors import CudaError, InvalidStateError
+from ..errors import CudaError, InvalidStateError, InvalidValueError
 from ..plan import FusedPlan, Plan, fuse
 from . import kernels
 from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
@@ -44,8 +44,27 @@ if TYPE_CHECKING:
 _SIGNAL_ADD = 10  # NVSHMEM_SIGNAL_ADD (nvshmem.bindings.Signal_op.SIGNAL_ADD)
 #: out= layout variants kept per executable (least recently used ones beyond are freed, collectively)
 LAYOUTS = 4
+_CAPTURE_NONE, _CAPTURE_ACTIVE, _CAPTURE_INVALIDATED, _CAPTURE_IMPLICIT = 0, 1, 2, 3  # graph.CAPTURE_*
 
 __all__ = ["CudaExecutable"]
+
+
+class _Copy:
+    """One copy of the exchange that execute() recorded into a capture of the user's: the capture
+    (its id), the child node in the user's graph (0: recorded flat), the variant (out= layout) it
+    is a copy of, and our kernels' nodes in the user's graph."""
+
+    __slots__ = ("capture_id", "kernels", "node", "variant")
+
+    def __init__(self, capture_id: int, node: int, variant: CudaExecutable,
+                 kernels: list[tuple[KernelLaunch, int]]) -> None:
+        self.capture_id, self.node, self.variant = capture_id, node, variant
+        self.kernels = kernels  # (our kernel, its node in the user's graph): what update_captured rewrites
+
+
+#: whether the driver takes cuGraphExecKernelNodeSetParams for a kernel node inside a child graph
+#: (else update_captured rewrites the whole child: cuGraphExecChildGraphNodeSetParams)
+_DIRECT_UPDATES = [True]
 
 
 class _Kernel:
@@ -120,6 +139,15 @@ class CudaExecutable:
         self._mine: tuple | None = None  # this rank's entry in the active layout
         self._relower = relower  # (reach, transport, signal) of lower(): variants are lowered alike
         self._shares_result = bool(shared_result)  # a variant: its base owns the result and retires it all
+        # copies of this exchange in the user's captures: {the user's CUgraph: [_Copy...]} (the base holds them)
+        self._captured: dict[int, list[_Copy]] = {}  # what update_captured finds, by the graph they are in
+        self._copies: list[_Copy] = []  # every copy that may still run (what free() must wait for)
+        # (graph, exec) -> (its copies, found in the graph; the kernel-node updates that rebind them)
+        self._updates: dict[tuple[int, int], tuple[list[_Copy], list | None]] = {}
+        self._agreed_deltas: tuple | None = None  # the active variant's out= offsets at the last agreed execute
+        self._retirements = 0  # variants evicted while copies of them may run
+        self._held = [True]  # shared with the retired memory of copies recorded so far: False once released
+        self._capture_status = rt.driver.capture_status
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
         # rank), then the local set-up, agreed as a whole, then NVSHMEM's warm-up (collective)
         self.result_ptr = shared_result or rt.sym_alloc(ll.result_bytes, owner="engine")
@@ -162,6 +190,8 @@ class CudaExecutable:
             self._out_kernels = [x for x in self._kernels.values() if x.step.writes_output]
             self._puts_resolve()
         self._warm_up()
+        with collective.attempt(rt.comm, on_failure=self.free):  # our graph, at plan time (what a capture copies)
+            self._instantiate()
 
     # -- set-up helpers -----------------------------------------------------------------------
 
@@ -379,25 +409,25 @@ class CudaExecutable:
                 self._nvshmem_step(st, stream, puts)
 
     def _instantiate(self) -> GraphExec:
-        from cuda.bindings import driver
-
-        from .graph import Capture, GraphExec, check
+        """Capture the exchange on the runtime's stream, instantiate and upload it (plan time, and
+        again after release_workspace). The captured graph stays: it is what a user's capture copies."""
+        from .graph import Capture, GraphExec
 
         self._captured_kernels, self._captured_toggles = [], []
         s = self.rt.stream
-        with Capture(s) as cap:
+        with Capture(self._drv, s) as cap:
             self._enqueue(s, True, cap)
-        ge = GraphExec(cap.graph, upload_stream=s)
+        ge = GraphExec(self._drv, cap.graph, upload_stream=s)
         toggles = []
         for nd in self._captured_toggles:
-            t = check(driver.cuGraphNodeGetType(nd), "cuGraphNodeGetType")
-            if t != driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+            if self._drv.node_type(nd) != "kernel":
                 toggles = []  # cannot disable it: sync_symmetric_memory=False then still syncs
                 break
             toggles.append(nd)
         ge.toggle_nodes = toggles
         for kern, nd in self._captured_kernels:
             kern.launch.nodes = [(ge.handle, int(nd))]
+            kern.launch.template_node = int(nd)
         self._captured_kernels = self._captured_toggles = None
         self._drv.call("cuStreamSynchronize", s)
         self._exec = ge
@@ -410,33 +440,214 @@ class CudaExecutable:
 
     def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
                 problem: collective.Problem | None = None, *, graph: bool | None = None) -> None:
-        """Collective: agree on the call, then run the redistribution on ``stream`` (one cuGraphLaunch).
+        """Collective: agree on the call, then run the redistribution on ``stream`` (one cuGraphLaunch),
+        or, when ``stream`` is capturing, record it into that capture (one child-graph node).
 
         ``graph=None`` follows ``self.graphs`` (default True; REDIST_CUDA_GRAPHS=0 makes every
         execute eager: the same kernels and NVSHMEM calls, enqueued directly, for debugging).
         """
+        capture = self._capture_status(stream)
         if problem is None and not self._bound:
             problem = ("InvalidStateError", "this CUDA executable has been freed" if self._freed else
                        "no operand is bound (it was released): call reset_operand() first")
+        if problem is None and (capture or release_workspace):
+            problem = self._capture_problem(stream, capture, release_workspace)
         if self._agree or problem is not None:
             offsets = self._output_offsets()
             where = (f"out= at heap offset {offsets[0]}" if self.nfields == 1 else
                      f"out= of the fields at heap offsets {list(offsets)}")
-            changed = self._check.check(problem, hash((offsets, bool(sync), bool(release_workspace))),
+            changed = self._check.check(problem, hash((offsets, bool(sync), bool(release_workspace), bool(capture))),
                                         flag=int(self._want != self._mine),
-                                        what=(where, bool(sync), bool(release_workspace)))
+                                        what=(where, bool(sync), bool(release_workspace),
+                                              "capturing" if capture else "not capturing"))
             if changed:  # some rank's out= strides changed: every rank learns every rank's
-                self._switch(tuple(self.rt.comm.allgather(self._want)))
+                self._switch(tuple(self.rt.comm.allgather(self._want)), lower=not capture)
         elif self._want != self._mine:  # one rank: nobody else to ask
-            self._switch((self._want,))
-        self._active._run(stream, sync, release_workspace, graph)
+            self._switch((self._want,), lower=not capture)
+        exe = self._active
+        self._agreed_deltas = tuple(exe._out_deltas)
+        if capture:
+            self._record(exe, stream, sync)
+        else:
+            exe._run(stream, sync, release_workspace, graph)
+
+    def _capture_problem(self, stream: int, capture: int, release_workspace: bool) -> collective.Problem | None:
+        """Why this execute cannot run as asked, found before anything is enqueued (so the user's
+        capture stays valid), or None."""
+        if capture == _CAPTURE_IMPLICIT:
+            return ("InvalidValueError", ("execute() on the legacy default stream (stream 0) while a blocking stream is "
+                    "capturing: the exchange would join that capture implicitly, which CUDA forbids; pass the "
+                    "capturing stream (stream=...), or capture on a non-blocking stream"))
+        if capture == _CAPTURE_INVALIDATED:
+            return ("InvalidStateError", (f"the capture on stream 0x{stream:x} has been invalidated by an earlier "
+                    "error: end it (cuStreamEndCapture fails) and capture again"))
+        if capture and release_workspace:
+            return ("InvalidStateError", ("execute(release_workspace=True) inside a CUDA graph capture: freeing the "
+                    "staging is collective and synchronises the GPU, which a capture cannot hold; pass "
+                    "release_workspace=True outside the capture"))
+        if release_workspace and self._copies:
+            return ("InvalidStateError", ("execute(release_workspace=True): copies of this exchange recorded into your "
+                    "CUDA graphs use its staging; destroy those graphs and call release_captured() first"))
+        if not capture:
+            return None
+        if any(v._need_workspace or v._exec is None for v in (self, *self._variants.values())):
+            return ("InvalidStateError", ("execute() inside a CUDA graph capture after release_workspace=True: "
+                    "re-making the staging is collective and synchronises the GPU; call execute() once outside "
+                    "the capture first"))
+        return None
+
+    def _record(self, exe: CudaExecutable, stream: int, sync: bool) -> None:
+        """Add variant ``exe``'s exchange, with the bindings of now, to the capture under way on ``stream``.
+
+        An exchange of kernels only (one rank; push with the epoch protocol: the usual case) is
+        launched straight into the capture, one kernel node each, as the user's own kernels are;
+        one with NVSHMEM stream operations (puts, barriers) goes in as one child-graph node, a copy
+        of our graph (NVSHMEM is never called inside the user's capture).
+        """
+        from .graph import join_capture
+
+        drv = self._drv
+        if bool(sync) != exe._wait:
+            exe._set_wait(bool(sync))
+        _, _, user_graph, _ = drv.capture_info(stream)
+        node, kernels = 0, []
+        if all(st.op == "kernel" for st in exe.launch_list.steps):
+            for st in exe.launch_list.steps:
+                kern = exe._kernels[st.kernel.name]
+                kern.launch.launch(stream)
+                _, cid, _, deps = drv.capture_info(stream)
+                if len(deps) != 1:
+                    raise CudaError(f"expected one captured node for the {st.kernel.name} kernel, got {len(deps)}")
+                kernels.append((kern.launch, deps[0]))
+        else:
+            for kern in exe._kernels.values():
+                kern.launch.update_template()
+            user_graph, cid, node = join_capture(drv, stream, exe._exec.graph)
+            try:  # our kernels' nodes inside the copy, found by their segment tables
+                funcs = {f for kern in exe._kernels.values() for f in kern.launch.funcs.values()}
+                inside = drv.child_kernels(node, funcs)
+                kernels = [(kern.launch, inside[kern.table_ptr]) for kern in exe._kernels.values()]
+            except (CudaError, KeyError):  # then update_captured rewrites the whole child
+                kernels = []
+        copy = _Copy(cid, node, exe, kernels)
+        self._copies.append(copy)
+        copies = self._captured.get(user_graph)
+        if copies and copies[0].capture_id != cid:
+            # another capture into this handle: the old graph is gone and its handle reused (its copies stay in
+            # _copies while an exec of it may run), or a second capture into one graph (cuStreamBeginCaptureToGraph)
+            copies = None
+        self._captured[user_graph] = (copies or []) + [copy]
+        self._forget_updates(user_graph)
+        if self._logger is not None:
+            self._logger.info("cuda: exchange recorded into the capture on stream 0x%x (graph 0x%x, %s)", stream,
+                              user_graph, f"child node 0x{node:x}" if node else f"{len(kernels)} kernel node(s)")
+
+    def _forget_updates(self, graph: int) -> None:
+        self._updates = {k: v for k, v in self._updates.items() if k[0] != graph}
+
+    def captured_copies(self) -> int:
+        """How many copies of this exchange execute() recorded into the user's captures, since the
+        last :meth:`release_captured` (local)."""
+        return len(self._copies)
+
+    def release_captured(self) -> None:
+        """The caller declares that no graph holding a copy of this exchange will be launched again
+        (local). Until then the memory the copies use outlives free() (retired until finalize) and
+        release_workspace is refused; memory already retired so is freed at the next collective point."""
+        self._copies, self._captured, self._updates = [], {}, {}
+        self._held[0] = False
+        self._held = [True]
+
+    def update_captured(self, graph: int, graph_exec: int) -> int:
+        """Push the bindings of now (the operand bound now, the out= and sync_symmetric_memory of the
+        last execute) into every copy of this exchange that execute() recorded into ``graph``, in
+        ``graph_exec`` (an exec instantiated from ``graph``). Local; returns how many copies.
+
+        The copies keep their bindings until this is called: it rewrites their kernel nodes in
+        ``graph_exec`` (``cuGraphExecKernelNodeSetParams``, one call per kernel; launches already
+        enqueued are not affected).
+        """
+        if self._freed:
+            raise InvalidStateError("update_captured: this CUDA executable has been freed")
+        if not self._bound:
+            raise InvalidStateError("update_captured: no operand is bound (it was released): call reset_operand() "
+                                    "first")
+        prepared = self._updates.get((graph, graph_exec)) or self._prepare_update(graph, graph_exec)
+        copies, calls = prepared
+        active = self._active
+        if self._agree and self._agreed_deltas is not None and tuple(active._out_deltas) != self._agreed_deltas:
+            raise InvalidStateError("update_captured: the out= bound now has not been agreed by every rank (the "
+                                    "execute() that bound it failed); call execute() first")
+        for c in copies:
+            if c.variant is not active:
+                raise InvalidStateError(
+                    "update_captured: a copy in this graph was captured with an out= of other strides than the last "
+                    "execute()'s (another out= layout); execute() once with an out= of those strides, or capture again")
+        if calls is not None:  # the copies' kernel nodes, in place: one call per kernel
+            fn = self._drv.cuGraphExecKernelNodeSetParams
+            for nd, pref in calls:
+                if fn(graph_exec, nd, pref):
+                    break
+            else:
+                return len(copies)
+        self._update_children(copies, graph, graph_exec)
+        return len(copies)
+
+    def _prepare_update(self, graph: int, graph_exec: int) -> tuple[list[_Copy], list | None]:
+        """The copies recorded into ``graph`` (checked to be in it, once per (graph, exec)) and the
+        kernel-node updates that rebind them (None: a copy needs its whole child rewritten)."""
+        copies = list(self._captured.get(graph, ()))
+        if not copies:
+            raise InvalidValueError(
+                f"update_captured: graph 0x{graph:x} holds no copy of this exchange (execute() records one when "
+                "it runs on a capturing stream; pass the graph that capture produced, not a clone)")
+        nodes = set(self._drv.graph_nodes(graph))
+        missing = [c for c in copies if (c.node not in nodes if c.node else any(nd not in nodes for _, nd in c.kernels))]
+        if missing:
+            raise InvalidValueError(
+                f"update_captured: {len(missing)} of the {len(copies)} copies of this exchange recorded into graph "
+                f"0x{graph:x} are no longer in it (nodes removed, or the graph was destroyed and the handle reused)")
+        nested = _DIRECT_UPDATES[0]
+        calls = None
+        if all(c.kernels and (nested or not c.node) for c in copies):
+            calls = [(nd, launch._pref) for c in copies for launch, nd in c.kernels]
+        self._updates[(graph, graph_exec)] = (copies, calls)
+        return copies, calls
+
+    def _update_children(self, copies: list[_Copy], graph: int, graph_exec: int) -> None:
+        """update_captured's slow path: rewrite each copy's whole child graph from ours (brought up
+        to date first); kernel nodes recorded flat are rewritten one by one."""
+        from .graph import _err_name
+
+        drv, active, templated = self._drv, self._active, False
+        for c in copies:
+            if not c.node:  # recorded flat: its kernel nodes are the user's graph's own
+                for launch, nd in c.kernels:
+                    rc = drv.cuGraphExecKernelNodeSetParams(graph_exec, nd, launch._pref)
+                    if rc:
+                        raise CudaError(f"update_captured: cuGraphExecKernelNodeSetParams failed with CUresult {rc}"
+                                        f"{_err_name(rc)} (is graph_exec instantiated from graph 0x{graph:x}?)")
+                continue
+            if not templated:
+                for kern in active._kernels.values():
+                    kern.launch.update_template()
+                templated = True
+            rc = drv.cuGraphExecChildGraphNodeSetParams(graph_exec, c.node, active._exec.graph)
+            if rc:
+                raise CudaError(f"update_captured: cuGraphExecChildGraphNodeSetParams failed with CUresult {rc}"
+                                f"{_err_name(rc)} (is graph_exec instantiated from graph 0x{graph:x}?)")
+            if c.kernels and _DIRECT_UPDATES[0]:  # the exec is fine: the driver refuses nodes inside a child graph
+                _DIRECT_UPDATES[0] = False
+                self._updates.clear()
 
     def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None) -> None:
         """The agreed execute on this variant: the graph launch (or the slow path)."""
         if sync is not self._wait and bool(sync) != self._wait:
             self._set_wait(bool(sync))
         ge = self._exec
-        if ge is not None and graph is not False and not self._need_workspace:  # the usual call
+        if graph is None:
+            graph = self.graphs
+        if ge is not None and graph and not self._need_workspace:  # the usual call
             if sync is not ge.toggle_enabled and ge.toggle_nodes and bool(sync) != ge.toggle_enabled:
                 ge.set_toggle(bool(sync))
             rc = self._launch(ge.handle, stream)
@@ -451,10 +662,11 @@ class CudaExecutable:
         if release_workspace:
             self.release_workspace()
 
-    def _switch(self, layout: tuple) -> None:
+    def _switch(self, layout: tuple, *, lower: bool = True) -> None:
         """Collective (every rank, the same ``layout``): run the variant lowered for ``layout``,
-        every rank's out= strides (None: the planned ones), lowering it the first time. The one
-        that ran so far holds the current operand and out= offset: the next one takes them over."""
+        every rank's out= strides (None: the planned ones), lowering it the first time (refused
+        when ``lower`` is False: inside a capture). The one that ran so far holds the current
+        operand and out= offset: the next one takes them over."""
         old = self._active
         ptrs, owners, deltas = list(old._in_ptrs), list(old._in_owners), list(old._out_deltas)
         if all(st is None for st in layout):
@@ -462,10 +674,15 @@ class CudaExecutable:
         else:
             exe = self._variants.pop(layout, None)
             if exe is None:
+                if not lower:  # the same history, so the same answer, on every rank
+                    raise InvalidStateError(
+                        "execute(out=...) inside a CUDA graph capture with an out= of strides no execute() has used "
+                        f"yet (out= strides of every rank: {layout}): lowering the exchange for them is collective "
+                        "and allocates; call execute(out=...) with such an out= once outside the capture first")
                 exe = self._variant(layout)
             self._variants[layout] = exe  # most recently used last
             if len(self._variants) > LAYOUTS:  # the same history, so the same eviction, on every rank
-                self._variants.pop(next(iter(self._variants))).free()
+                self._evict(self._variants.pop(next(iter(self._variants))))
         self._active = exe
         exe.rebind_inputs(ptrs, owners)
         for f, delta in enumerate(deltas):
@@ -474,6 +691,28 @@ class CudaExecutable:
         if old is not exe:
             old._in_owners = [None] * self.nfields  # an inactive variant (or base) keeps no operand alive
         self._mine = layout[self.rt.rank]
+
+    def _evict(self, exe: CudaExecutable) -> None:
+        """Collective: free an out= layout variant, or, while a user's graph may still run a copy of
+        it, retire its memory to the runtime (freed once every rank's copies are gone)."""
+        if not any(collective.agree(self.rt.comm, None, any(c.variant is exe for c in self._copies))):  # everywhere
+            exe.free()
+            return
+        self._retirements += 1
+        exe._freed, exe._bound = True, False
+        exe._check.free()
+        exe._destroy_exec()
+        sym, dev = exe._held_memory()
+        held = self._held
+        self.rt.retire((self.serial, self._retirements), sym, dev, pending=lambda: held[0])
+
+    def _held_memory(self) -> tuple[list[int], list[int]]:
+        """This variant's (or base's) symmetric and device memory, the result excluded, in allocation order."""
+        sym = [p for p in (self._send, self._recv, self._ctl) if p]
+        dev = [k.table_ptr for k in self._kernels.values()] + self._protos
+        self._send = self._recv = self._ctl = 0
+        self._kernels, self._protos = {}, []
+        return sym, dev
 
     def _variant(self, layout: tuple) -> CudaExecutable:
         """Collective: this plan lowered with every rank's output at its strides in ``layout``."""
@@ -506,14 +745,12 @@ class CudaExecutable:
                 kern.launch.a_wait.value = int(wait)
                 kern.launch.update()
 
-    def _execute_slow(self, stream: int, sync: bool, graph: bool | None) -> None:
-        """The first execute (capture), one after release_workspace, or an eager one."""
-        if graph is None:
-            graph = self.graphs
+    def _execute_slow(self, stream: int, sync: bool, graph: bool) -> None:
+        """An execute after release_workspace (staging and graph re-made first), or an eager one."""
         if self._need_workspace:
             self._restore_workspace()
         if graph:
-            ge = self._exec or self._instantiate()
+            ge = self._exec
             if ge.toggle_nodes and bool(sync) != ge.toggle_enabled:
                 ge.set_toggle(bool(sync))
             rc = self._launch(ge.handle, stream)
@@ -525,7 +762,7 @@ class CudaExecutable:
             self._enqueue(stream, sync)
 
     def graph(self, stream: int = 0) -> int:
-        """The CUgraph (int) that execute() launches; captured now if needed.
+        """The CUgraph (int) that execute() launches, with the bindings of now.
 
         A parent graph that embeds it as a child node gets a copy: later rebinds don't reach it.
         """
@@ -538,8 +775,9 @@ class CudaExecutable:
             raise InvalidStateError("this CUDA executable has been freed")
         if self._need_workspace:
             self._restore_workspace()
-        ge = self._exec or self._instantiate()
-        return int(ge.graph)
+        for kern in self._kernels.values():  # rebinds update our exec only: bring the graph up to date
+            kern.launch.update_template()
+        return int(self._exec.graph)
 
     # -- workspace and lifetime -----------------------------------------------------------------
 
@@ -571,6 +809,7 @@ class CudaExecutable:
                 self.rt.htod(kern.table_ptr, self._table(kern.step))
         self._puts_resolve()
         self._need_workspace = False
+        self._instantiate()
 
     @property
     def workspace_bytes(self) -> int:
@@ -583,7 +822,13 @@ class CudaExecutable:
             self.rt.sym_set_owner(self.result_ptr, "user")
 
     def free(self) -> None:
-        """Collective: wait for in-flight work, destroy the graph, free tables, staging, result."""
+        """Collective: wait for in-flight work, destroy the graph, free tables, staging, result.
+
+        Where execute() recorded copies of this exchange into the user's graphs (on any rank) and
+        :meth:`release_captured` was not called since, the memory the copies use is retired to the
+        runtime instead (the copies stay correct), and freed collectively at a later collective point
+        once every rank has released its copies, or at finalize.
+        """
         if self._freed:
             return
         self._freed = True
@@ -591,57 +836,68 @@ class CudaExecutable:
         self._in_owners = [None] * self.nfields
         self._check.free()
         variants, self._variants, self._active = list(self._variants.values()), {}, self
-        for v in variants:  # lowered in the same order on every rank: freed so too
-            v.free()
         rt = self.rt
         if rt.stopped:
             return
+        if any(collective.agree(rt.comm, None, bool(self._copies))):  # the same decision on every rank
+            self._retire_with_copies(variants)
+            return
+        for v in variants:  # lowered in the same order on every rank: freed so too
+            v.free()
         try:
             rt.synchronize()
         finally:
             self._destroy_exec()
-            for kern in self._kernels.values():
-                rt.dev_free(kern.table_ptr)
-            for p in self._protos:
+            sym, dev = self._held_memory()
+            for p in dev:
                 rt.dev_free(p)
-            self._kernels, self._protos = {}, []
-            for p in (self._send, self._recv, self._ctl):  # the order of allocation: the same on every rank
-                if p:
-                    rt.sym_free(p)
-            self._send = self._recv = self._ctl = 0
+            for p in sym:  # the order of allocation: the same on every rank
+                rt.sym_free(p)
             if self.result_ptr and not self._detached and not self._shares_result:
                 rt.sym_free(self.result_ptr)
             self.result_ptr = 0
+
+    def _retire_with_copies(self, variants: list[CudaExecutable]) -> None:
+        """free() while copies may run (or a finalizer): our own graphs go now; the memory at the
+        runtime's next collective point, once :meth:`release_captured` was called where copies were
+        recorded (else at finalize)."""
+        sym: list[int] = []
+        dev: list[int] = []
+        for exe in (*variants, self):  # the same order on every rank
+            exe._freed, exe._bound = True, False
+            exe._check.free()
+            exe._destroy_exec()
+            memory = exe._held_memory()
+            sym += memory[0]
+            dev += memory[1]
+        if self.result_ptr and not self._detached:
+            sym.append(self.result_ptr)
+        self.result_ptr = 0
+        held = self._held
+        self.rt.retire((self.serial, 0), sym, dev, pending=(lambda: held[0]) if self._copies else None)
 
     def __del__(self) -> None:
         # Garbage-collected without free(): what is local goes now (the graph exec: the driver
         # defers its destruction while it runs); symmetric memory and tables, whose release must
         # wait for the GPU and (symmetric) for every rank, go to the runtime, which frees them
-        # at its next collective point once every rank has dropped this executable.
+        # at its next collective point once every rank has dropped this executable (at finalize
+        # when copies were recorded into a user's graph and not released).
         # A layout variant leaves all of that to its base, which retires the variants' memory with its
         # own under one serial (finalizers in a garbage cycle run in no agreed order).
         try:
             if getattr(self, "_freed", True) or self.rt.stopped or self._shares_result:
                 return
-            sym: list[int] = []
-            dev: list[int] = []
-            for exe in (*self._variants.values(), self):  # the same order on every rank
-                exe._freed = True
-                exe._bound = False
-                exe._check.free()
-                exe._destroy_exec()
-                sym += [p for p in (exe._send, exe._recv, exe._ctl) if p]
-                dev += [k.table_ptr for k in exe._kernels.values()] + exe._protos
-            if self.result_ptr and not self._detached:
-                sym.append(self.result_ptr)
-            self.rt.retire(self.serial, sym, dev)
+            self._freed = True
+            self._retire_with_copies(list(self._variants.values()))
         except Exception:  # noqa: BLE001, S110 -- never raise from a finalizer
             pass
 
     def describe(self) -> str:
         vecs = ", ".join(f"{n}: {k.launch.vec} B" for n, k in self._kernels.items())
-        state = "captured" if self._exec is not None else "not captured yet"
+        state = "captured" if self._exec is not None else "not captured (staging released)"
         more = f"; {len(self._variants)} out= layout variant(s), one active" if self._variants else ""
+        if self._copies:
+            more = f"{more}; {len(self._copies)} copy(ies) recorded into user captures"
         if self._active is not self:
             more = f"{more}\n  active out= layout:\n{self._active.describe()}"
         return f"{self.launch_list.describe()}\n  graph {state}; vector widths now {vecs or '-'}{more}"

@@ -1,20 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
-"""CUDA graphs: stream capture, instantiation, our kernel nodes, and the cheap rebind.
+"""CUDA graphs: stream capture, instantiation, our kernel nodes, the cheap rebind, and the
+user's own capture.
 
-Two layers:
+Three layers:
 
-* :class:`Driver` -- the handful of driver entry points on the hot path (``cuGraphLaunch``,
-  ``cuGraphExecKernelNodeSetParams``, ``cuLaunchKernel``, ``cuStreamSynchronize``, the async
-  memcpys), called through ctypes function pointers obtained once from ``cuGetProcAddress``.
-  A call costs well under a microsecond of Python, and argument blocks are preallocated
-  ctypes objects mutated in place (no tuple marshalling per call).
+* :class:`Driver` -- every driver entry point the backend uses on graphs and streams, called
+  through ctypes function pointers obtained once from ``cuGetProcAddress`` (the hot ones:
+  ``cuGraphLaunch``, ``cuGraphExecKernelNodeSetParams``, ``cuLaunchKernel``,
+  ``cuStreamIsCapturing``, ``cuGraphExecChildGraphNodeSetParams``; a call costs well under a
+  microsecond of Python), plus a few methods with Python signatures for the plan-time and
+  capture-time calls. Everything graph-related goes through it, so the tests' simulated driver
+  can stand in for all of it.
 * :class:`KernelLaunch` -- one kernel of a plan: its ``void*[]`` argument block, its
   ``CUDA_KERNEL_NODE_PARAMS`` (v2 layout), the CUfunction per vector width, and the graph nodes
   it became. ``launch(stream)`` enqueues it (eager or while capturing); ``update()`` rewrites
   its nodes in every instantiated graph with ``cuGraphExecKernelNodeSetParams`` (future
   launches only, so no synchronisation is needed).
-
-Everything else uses cuda.bindings (plan-time calls, not hot).
+* :class:`Capture` / :class:`GraphExec` -- our own capture (plan time) and its instantiation;
+  :func:`join_capture` adds a graph as a child node of a capture the *user* has under way.
 """
 
 from __future__ import annotations
@@ -27,7 +30,28 @@ from typing import Any, Literal
 
 from ..errors import CudaError
 
-__all__ = ["Capture", "Driver", "GraphExec", "KernelLaunch", "KernelNodeParams", "check", "driver_api"]
+__all__ = [
+    "CAPTURE_ACTIVE",
+    "CAPTURE_IMPLICIT",
+    "CAPTURE_INVALIDATED",
+    "CAPTURE_NONE",
+    "Capture",
+    "Driver",
+    "GraphExec",
+    "KernelLaunch",
+    "KernelNodeParams",
+    "check",
+    "driver_api",
+    "join_capture",
+]
+
+#: capture status of a stream (``cuStreamIsCapturing``), plus the legacy stream's "a blocking
+#: stream is capturing" (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: work there would join that capture)
+CAPTURE_NONE, CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_IMPLICIT = 0, 1, 2, 3
+_ERROR_CAPTURE_IMPLICIT = 906  # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+_ERROR_LOSSY_QUERY = 402  # CUDA_ERROR_LOSSY_QUERY
+_SET_CAPTURE_DEPENDENCIES = 1  # CU_STREAM_SET_CAPTURE_DEPENDENCIES
+_CAPTURE_MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
 
 
 def check(result: tuple[Any, ...], what: str) -> Any:
@@ -50,7 +74,7 @@ def check(result: tuple[Any, ...], what: str) -> Any:
 
 
 class KernelNodeParams(ctypes.Structure):
-    """``CUDA_KERNEL_NODE_PARAMS_v2`` (the layout cuGraphExecKernelNodeSetParams takes since CUDA 12)."""
+    """``CUDA_KERNEL_NODE_PARAMS_v2`` (the layout the kernel-node calls take since CUDA 12)."""
 
     _fields_ = [
         ("func", ctypes.c_void_p),
@@ -72,6 +96,7 @@ assert ctypes.sizeof(KernelNodeParams) == 72
 
 
 _VP, _U, _I, _SZ, _U64 = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint64
+_PVP = ctypes.POINTER(ctypes.c_void_p)
 
 # name -> (ctypes prototype, cuGetProcAddress version, legacy-library fallback symbol)
 _SIGNATURES = {
@@ -81,12 +106,31 @@ _SIGNATURES = {
         12000,
         "cuGraphExecKernelNodeSetParams_v2",
     ),
+    "cuGraphKernelNodeSetParams": (
+        ctypes.CFUNCTYPE(_I, _VP, ctypes.POINTER(KernelNodeParams)), 12000, "cuGraphKernelNodeSetParams_v2"),
+    "cuGraphExecChildGraphNodeSetParams": (
+        ctypes.CFUNCTYPE(_I, _VP, _VP, _VP), 12000, "cuGraphExecChildGraphNodeSetParams"),
+    "cuGraphKernelNodeGetParams": (
+        ctypes.CFUNCTYPE(_I, _VP, ctypes.POINTER(KernelNodeParams)), 12000, "cuGraphKernelNodeGetParams_v2"),
+    "cuGraphChildGraphNodeGetGraph": (ctypes.CFUNCTYPE(_I, _VP, _PVP), 12000, "cuGraphChildGraphNodeGetGraph"),
     "cuLaunchKernel": (
         ctypes.CFUNCTYPE(_I, _VP, _U, _U, _U, _U, _U, _U, _U, _VP, _VP, _VP),
         12000,
         "cuLaunchKernel",
     ),
     "cuStreamSynchronize": (ctypes.CFUNCTYPE(_I, _VP), 12000, "cuStreamSynchronize"),
+    "cuStreamIsCapturing": (ctypes.CFUNCTYPE(_I, _VP, ctypes.POINTER(_I)), 12000, "cuStreamIsCapturing"),
+    # the CUDA 12.0 form (no edge data): a capture whose dependencies carry edge data answers LOSSY_QUERY
+    "cuStreamGetCaptureInfo": (
+        ctypes.CFUNCTYPE(_I, _VP, ctypes.POINTER(_I), ctypes.POINTER(_U64), _PVP, ctypes.POINTER(_PVP),
+                         ctypes.POINTER(_SZ)),
+        12000,
+        "cuStreamGetCaptureInfo_v2",
+    ),
+    "cuGraphAddChildGraphNode": (
+        ctypes.CFUNCTYPE(_I, _PVP, _VP, _PVP, _SZ, _VP), 12000, "cuGraphAddChildGraphNode"),
+    "cuStreamUpdateCaptureDependencies": (
+        ctypes.CFUNCTYPE(_I, _VP, _PVP, _SZ, _U), 12000, "cuStreamUpdateCaptureDependencies"),
     "cuMemcpyHtoDAsync": (ctypes.CFUNCTYPE(_I, _U64, _VP, _SZ, _VP), 12000, "cuMemcpyHtoDAsync_v2"),
     "cuMemcpyDtoHAsync": (ctypes.CFUNCTYPE(_I, _VP, _U64, _SZ, _VP), 12000, "cuMemcpyDtoHAsync_v2"),
     "cuMemcpyDtoDAsync": (ctypes.CFUNCTYPE(_I, _U64, _U64, _SZ, _VP), 12000, "cuMemcpyDtoDAsync_v2"),
@@ -94,13 +138,21 @@ _SIGNATURES = {
 
 
 class Driver:
-    """ctypes function pointers to the hot driver calls (see the module docstring)."""
+    """ctypes function pointers to the driver calls on graphs and streams (see the module docstring)."""
 
     # one attribute per entry of _SIGNATURES (set in __init__); each returns a CUresult (0: success)
     cuGraphLaunch: Callable[..., int]
     cuGraphExecKernelNodeSetParams: Callable[..., int]
+    cuGraphKernelNodeSetParams: Callable[..., int]
+    cuGraphExecChildGraphNodeSetParams: Callable[..., int]
+    cuGraphKernelNodeGetParams: Callable[..., int]
+    cuGraphChildGraphNodeGetGraph: Callable[..., int]
     cuLaunchKernel: Callable[..., int]
     cuStreamSynchronize: Callable[..., int]
+    cuStreamIsCapturing: Callable[..., int]
+    cuStreamGetCaptureInfo: Callable[..., int]
+    cuGraphAddChildGraphNode: Callable[..., int]
+    cuStreamUpdateCaptureDependencies: Callable[..., int]
     cuMemcpyHtoDAsync: Callable[..., int]
     cuMemcpyDtoHAsync: Callable[..., int]
     cuMemcpyDtoDAsync: Callable[..., int]
@@ -132,6 +184,122 @@ class Driver:
         if rc:
             raise CudaError(f"{name} failed with CUresult {rc}{_err_name(rc)}")
 
+    # -- the user's capture (capture time: a few calls, none of them "unsafe" during a capture) --
+
+    def capture_status(self, stream: int) -> int:
+        """CAPTURE_NONE / ACTIVE / INVALIDATED, or CAPTURE_IMPLICIT for the legacy stream while a
+        blocking stream is capturing (work there would be an illegal implicit join)."""
+        st = _I(0)
+        rc = self.cuStreamIsCapturing(stream, ctypes.byref(st))
+        if rc == _ERROR_CAPTURE_IMPLICIT:
+            return CAPTURE_IMPLICIT
+        if rc:
+            raise CudaError(f"cuStreamIsCapturing failed with CUresult {rc}{_err_name(rc)}")
+        return st.value
+
+    def capture_info(self, stream: int) -> tuple[int, int, int, list[int]]:
+        """(status, capture id, the graph being captured, its current dependency nodes)."""
+        status, cid, graph, deps, n = _I(0), _U64(0), _VP(0), _PVP(), _SZ(0)
+        rc = self.cuStreamGetCaptureInfo(stream, ctypes.byref(status), ctypes.byref(cid), ctypes.byref(graph),
+                                         ctypes.byref(deps), ctypes.byref(n))
+        if rc == _ERROR_LOSSY_QUERY:
+            raise CudaError("the capture's current dependencies carry edge data (programmatic dependent launch "
+                            "edges), which redist cannot join; end that edge before the exchange")
+        if rc:
+            raise CudaError(f"cuStreamGetCaptureInfo failed with CUresult {rc}{_err_name(rc)}")
+        return status.value, cid.value, int(graph.value or 0), [int(deps[i] or 0) for i in range(n.value)]
+
+    def add_child(self, graph: int, deps: list[int], child: int) -> int:
+        """``child`` cloned into ``graph`` as one node after ``deps``; the new node."""
+        node = _VP(0)
+        arr = (_VP * max(len(deps), 1))(*deps)
+        self.call("cuGraphAddChildGraphNode", ctypes.byref(node), graph, arr, len(deps), child)
+        return int(node.value)
+
+    def child_kernels(self, child_node: int, funcs: set[int]) -> dict[int, int]:
+        """{table pointer: node} of the kernel nodes running one of ``funcs`` (redist's kernels:
+        their second argument is the segment table) in the graph embedded in ``child_node``."""
+        g = _VP(0)
+        self.call("cuGraphChildGraphNodeGetGraph", child_node, ctypes.byref(g))
+        out = {}
+        for nd in self.graph_nodes(int(g.value or 0)):
+            if self.node_type(nd) != "kernel":
+                continue
+            p = KernelNodeParams()
+            self.call("cuGraphKernelNodeGetParams", nd, ctypes.byref(p))
+            if p.func not in funcs or not p.kernelParams:
+                continue
+            arg = ctypes.c_void_p.from_address(p.kernelParams + ctypes.sizeof(ctypes.c_void_p)).value
+            out[ctypes.c_uint64.from_address(arg).value] = nd
+        return out
+
+    def set_capture_dependencies(self, stream: int, nodes: list[int]) -> None:
+        """The next operation captured on ``stream`` depends on ``nodes`` (and nothing else)."""
+        arr = (_VP * max(len(nodes), 1))(*nodes)
+        self.call("cuStreamUpdateCaptureDependencies", stream, arr, len(nodes), _SET_CAPTURE_DEPENDENCIES)
+
+    # -- plan time (our own capture on the runtime's stream) ----------------------------------
+
+    def begin_capture(self, stream: int, mode: str = "thread_local") -> None:
+        from cuda.bindings import driver
+
+        check(driver.cuStreamBeginCapture(driver.CUstream(stream), driver.CUstreamCaptureMode(_CAPTURE_MODES[mode])),
+              "cuStreamBeginCapture")
+
+    def end_capture(self, stream: int, *, discard: bool = False) -> int:
+        """End the capture on ``stream``; the captured graph (0 when discarded)."""
+        from cuda.bindings import driver
+
+        res = driver.cuStreamEndCapture(driver.CUstream(stream))
+        if discard:
+            if res[0] == driver.CUresult.CUDA_SUCCESS and res[1] is not None and int(res[1]):
+                driver.cuGraphDestroy(res[1])
+            return 0
+        return int(check(res, "cuStreamEndCapture"))
+
+    def instantiate(self, graph: int) -> int:
+        from cuda.bindings import driver
+
+        return int(check(driver.cuGraphInstantiate(driver.CUgraph(graph), 0), "cuGraphInstantiate"))
+
+    def upload(self, graph_exec: int, stream: int) -> None:
+        from cuda.bindings import driver
+
+        check(driver.cuGraphUpload(driver.CUgraphExec(graph_exec), driver.CUstream(stream)), "cuGraphUpload")
+
+    def destroy_exec(self, graph_exec: int) -> None:
+        from cuda.bindings import driver
+
+        driver.cuGraphExecDestroy(driver.CUgraphExec(graph_exec))
+
+    def destroy_graph(self, graph: int) -> None:
+        from cuda.bindings import driver
+
+        driver.cuGraphDestroy(driver.CUgraph(graph))
+
+    def graph_nodes(self, graph: int) -> list[int]:
+        from cuda.bindings import driver
+
+        g = driver.CUgraph(graph)
+        n = check(driver.cuGraphGetNodes(g, 0), "cuGraphGetNodes")
+        n = n[-1] if isinstance(n, tuple) else n
+        nodes = check(driver.cuGraphGetNodes(g, n), "cuGraphGetNodes")
+        nodes = nodes[0] if isinstance(nodes, tuple) else nodes
+        return [int(nd) for nd in nodes]
+
+    def node_type(self, node: int) -> str:
+        """"kernel", "memcpy", "graph" (a child graph), ... (CUgraphNodeType without its prefix)."""
+        from cuda.bindings import driver
+
+        t = check(driver.cuGraphNodeGetType(driver.CUgraphNode(node)), "cuGraphNodeGetType")
+        return getattr(t, "name", str(t)).replace("CU_GRAPH_NODE_TYPE_", "").lower()
+
+    def set_node_enabled(self, graph_exec: int, node: int, enabled: bool) -> None:
+        from cuda.bindings import driver
+
+        check(driver.cuGraphNodeSetEnabled(driver.CUgraphExec(graph_exec), driver.CUgraphNode(node),
+                                           1 if enabled else 0), "cuGraphNodeSetEnabled")
+
 
 def _err_name(rc: int) -> str:
     try:
@@ -153,6 +321,22 @@ def driver_api() -> Driver:
             if _driver is None:
                 _driver = Driver()
     return _driver
+
+
+def join_capture(drv: Driver, stream: int, child: int) -> tuple[int, int, int]:
+    """Add graph ``child`` to the capture under way on ``stream``, after what the stream has
+    captured so far, and make the stream's next operation depend on it.
+
+    Returns (the capture's graph, the capture id, the child node). Nothing is enqueued on the
+    stream, so nothing can invalidate the user's capture; ``child`` is cloned (later changes
+    to it reach the copy only through ``cuGraphExecChildGraphNodeSetParams``).
+    """
+    status, cid, graph, deps = drv.capture_info(stream)
+    if status != CAPTURE_ACTIVE or not graph:
+        raise CudaError(f"stream 0x{stream:x} is not capturing (status {status})")
+    node = drv.add_child(graph, deps, child)
+    drv.set_capture_dependencies(stream, [node])
+    return graph, cid, node
 
 
 class KernelLaunch:
@@ -200,6 +384,7 @@ class KernelLaunch:
         self.grid: int = grid
         self.block: int = block
         self.nodes: list[tuple[int, int]] = []  # (CUgraphExec, CUgraphNode) as ints
+        self.template_node: int = 0  # the node in our own (non-instantiated) graph
 
     def set_in(self, field: int, ptr: int) -> None:
         """Field ``field``'s operand address (takes effect at :meth:`update` / the next launch)."""
@@ -235,101 +420,73 @@ class KernelLaunch:
             if rc:
                 raise CudaError(f"cuGraphExecKernelNodeSetParams failed with CUresult {rc}{_err_name(rc)}")
 
-
-def _capture_dependencies(stream_obj: Any) -> list[Any]:
-    """The nodes the next captured operation will depend on (i.e. the last ones captured)."""
-    from cuda.bindings import driver
-
-    res = driver.cuStreamGetCaptureInfo(stream_obj)
-    if res[0] != driver.CUresult.CUDA_SUCCESS:
-        check(res, "cuStreamGetCaptureInfo")
-    for item in res[1:]:
-        if isinstance(item, (list, tuple)):
-            return [n for n in item if n is not None and int(n) != 0]
-    raise CudaError(f"cuStreamGetCaptureInfo returned no dependency list ({res!r})")
+    def update_template(self) -> None:
+        """Push the current arguments/function into our own graph's node (what a clone copies)."""
+        if self.template_node:
+            rc = self.drv.cuGraphKernelNodeSetParams(self.template_node, self._pref)
+            if rc:
+                raise CudaError(f"cuGraphKernelNodeSetParams failed with CUresult {rc}{_err_name(rc)}")
 
 
 class Capture:
-    """``with Capture(stream) as cap: ...; cap.mark()`` -> the graph and the nodes of each mark."""
+    """``with Capture(drv, stream) as cap: ...; cap.mark()`` -> the graph and the nodes of each mark."""
 
-    def __init__(self, stream: int) -> None:
-        from cuda.bindings import driver
-
-        self._stream = driver.CUstream(stream)
-        self.graph: Any = None  # the captured CUgraph (cuda.bindings), once the block is left
+    def __init__(self, drv: Driver, stream: int) -> None:
+        self._drv = drv
+        self._stream = stream
+        self.graph: int = 0  # the captured CUgraph, once the block is left
 
     def __enter__(self) -> Capture:
-        from cuda.bindings import driver
-
-        check(
-            driver.cuStreamBeginCapture(
-                self._stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-            ),
-            "cuStreamBeginCapture",
-        )
+        self._drv.begin_capture(self._stream, "thread_local")
         return self
 
-    def mark(self) -> list[Any]:
+    def mark(self) -> list[int]:
         """Nodes captured by the last operation (the current capture dependencies)."""
-        return _capture_dependencies(self._stream)
+        return self._drv.capture_info(self._stream)[3]
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
-        from cuda.bindings import driver
-
-        res = driver.cuStreamEndCapture(self._stream)
         if exc_type is not None:
-            if res[0] == driver.CUresult.CUDA_SUCCESS and res[1] is not None:
-                driver.cuGraphDestroy(res[1])
+            self._drv.end_capture(self._stream, discard=True)
             return False
-        self.graph = check(res, "cuStreamEndCapture")
+        self.graph = self._drv.end_capture(self._stream)
         return False
 
 
 class GraphExec:
     """An instantiated graph plus the graph it came from (node handles live in the latter)."""
 
-    def __init__(self, graph: Any, upload_stream: int | None = None) -> None:
-        from cuda.bindings import driver
-
-        self.graph: Any = graph  # CUgraph (cuda.bindings); None once destroyed
-        self.exec: Any = check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")  # CUgraphExec
-        self.handle: int = int(self.exec)
+    def __init__(self, drv: Driver, graph: int, upload_stream: int | None = None) -> None:
+        self._drv = drv
+        self.graph: int = graph  # CUgraph; 0 once destroyed
+        try:
+            self.handle: int = drv.instantiate(graph)  # CUgraphExec
+        except BaseException:
+            drv.destroy_graph(graph)
+            raise
         if upload_stream is not None:
-            check(driver.cuGraphUpload(self.exec, driver.CUstream(upload_stream)), "cuGraphUpload")
-        self.toggle_nodes: list[Any] = []  # CUgraphNode handles
+            drv.upload(self.handle, upload_stream)
+        self.toggle_nodes: list[int] = []
         self.toggle_enabled: bool = True
 
     def count_nodes(self) -> dict[str, int]:
-        from cuda.bindings import driver
-
-        n = check(driver.cuGraphGetNodes(self.graph, 0), "cuGraphGetNodes")
-        n = n[-1] if isinstance(n, tuple) else n
-        nodes = check(driver.cuGraphGetNodes(self.graph, n), "cuGraphGetNodes")
-        nodes = nodes[0] if isinstance(nodes, tuple) else nodes
         out: dict[str, int] = {}
-        for nd in nodes:
-            t = check(driver.cuGraphNodeGetType(nd), "cuGraphNodeGetType")
-            key = getattr(t, "name", str(t)).replace("CU_GRAPH_NODE_TYPE_", "").lower()
+        for nd in self._drv.graph_nodes(self.graph):
+            key = self._drv.node_type(nd)
             out[key] = out.get(key, 0) + 1
         return out
 
     def set_toggle(self, enabled: bool) -> None:
         """Enable/disable the entry-sync nodes (cuGraphNodeSetEnabled; future launches only)."""
-        from cuda.bindings import driver
-
         for nd in self.toggle_nodes:
-            check(driver.cuGraphNodeSetEnabled(self.exec, nd, 1 if enabled else 0), "cuGraphNodeSetEnabled")
+            self._drv.set_node_enabled(self.handle, nd, enabled)
         self.toggle_enabled = enabled
 
     def destroy(self) -> None:
-        from cuda.bindings import driver
-
-        ex, g = self.exec, self.graph
-        self.exec = self.graph = None
-        self.handle = 0
-        if ex is not None:
-            driver.cuGraphExecDestroy(ex)
-        if g is not None:
-            driver.cuGraphDestroy(g)
+        ex, g = self.handle, self.graph
+        self.handle = self.graph = 0
+        if ex:
+            self._drv.destroy_exec(ex)
+        if g:
+            self._drv.destroy_graph(g)

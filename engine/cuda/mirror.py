@@ -105,6 +105,10 @@ class MirrorExecutable:
         drv = self.rt.driver
         if problem is None and not self._bound:
             problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
+        if problem is None and drv.capture_status(stream):
+            problem = ("NotSupportedError", ("execute() on a capturing stream with host operands (execution='cuda'): "
+                       "they move through a device mirror with host copies and a stream synchronisation, which a CUDA "
+                       "graph cannot capture; pass GPU operands to capture the exchange"))
         if problem is None and self._span:
             drv.call("cuMemcpyHtoDAsync", self._mirror, self._host_src + self._lo, self._span, stream)
         self._inner.execute(stream, sync=sync, release_workspace=release_workspace, problem=problem)
@@ -114,6 +118,13 @@ class MirrorExecutable:
 
     def graph(self, stream: int = 0) -> int:
         return self._inner.graph(stream)
+
+    def update_captured(self, graph: int, graph_exec: int) -> int:
+        raise NotSupportedError("update_captured(): host operands (execution='cuda') move through a device mirror, "
+                                "which is never recorded into a CUDA graph")
+
+    def release_captured(self) -> None:
+        """Nothing to release: the mirror path is never recorded into a CUDA graph."""
 
     # -- lifetime ----------------------------------------------------------------------------------
 

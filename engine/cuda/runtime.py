@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import collective
@@ -107,7 +108,8 @@ class Runtime:
             )
         self.driver = driver_api()
         self._sym: dict[int, list] = {}  # base pointer -> [nbytes, owner ("engine" | "user")]
-        self._retired: dict[int, tuple[list, list]] = {}  # serial -> (symmetric, device) memory of dropped objects
+        # (serial, n) -> (symmetric, device, pending) memory of dropped objects; pending(): a user's graph still holds it
+        self._retired: dict[tuple[int, int], tuple[list, list, Callable[[], bool] | None]] = {}
         self._retired_lock = threading.Lock()
         self._freed: set[int] = set()
         self._sym_bytes = 0
@@ -224,26 +226,30 @@ class Runtime:
         self._freed.add(ptr)
         self.nb.free(ptr)
 
-    def retire(self, serial: int, symmetric: list[int], device: list[int]) -> None:
-        """Memory of an object garbage-collected without free() (local: called from a finalizer).
+    def retire(self, key: tuple[int, int], symmetric: list[int], device: list[int],
+               pending: Callable[[], bool] | None = None) -> None:
+        """Memory of an object that no longer uses it (local: called from a finalizer, or from a
+        free() that copies in the user's graphs outlive).
 
-        Freed by :meth:`reap`, at the next collective point, once every rank has retired ``serial``.
+        Freed by :meth:`reap`, at the next collective point, once every rank has retired ``key``
+        and ``pending()`` (a user's graph may still run a copy that uses it) is False on every rank;
+        at the latest by stop().
         """
         with self._retired_lock:
-            self._retired[serial] = (list(symmetric), list(device))
+            self._retired[key] = (list(symmetric), list(device), pending)
 
     def reap(self) -> None:
-        """Collective: free what every rank has retired (in serial order, after the GPU is idle)."""
+        """Collective: free what every rank has retired and no longer holds (in key order, after the GPU is idle)."""
         with self._retired_lock:
-            mine = sorted(self._retired)
+            mine = sorted(k for k, (_, _, pending) in self._retired.items() if pending is None or not pending())
         every = collective.agree(self.comm, None, mine)
         common = sorted(set(every[0]).intersection(*every[1:])) if every else []
         if not common:
             return
         self.synchronize()
-        for serial in common:
+        for key in common:
             with self._retired_lock:
-                sym, dev = self._retired.pop(serial)
+                sym, dev, _ = self._retired.pop(key)
             for p in dev:
                 self.dev_free(p)
             for p in sym:
@@ -346,7 +352,7 @@ class Runtime:
         self.synchronize()
         with self._retired_lock:
             retired, self._retired = self._retired, {}
-        for _, dev in retired.values():
+        for _, dev, _ in retired.values():
             for p in dev:
                 self.dev_free(p)
         # leftover allocations (user arrays never freed, detached results, memory of dropped

@@ -561,6 +561,13 @@ class HostExecutable:
     def graph(self, stream: int = 0) -> int:
         raise NotSupportedError("graph() is only available for CUDA execution (this is the MPI host backend)")
 
+    def update_captured(self, graph: int, graph_exec: int) -> int:
+        raise NotSupportedError("update_captured() is only available for CUDA execution: host exchanges run on MPI "
+                                "and are never recorded into a CUDA graph")
+
+    def release_captured(self) -> None:
+        """Nothing to release: host exchanges are never recorded into a CUDA graph."""
+
     # -- workspace and lifetime ------------------------------------------------------------
 
     def release_workspace(self) -> None:

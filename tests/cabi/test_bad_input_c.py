@@ -63,6 +63,9 @@ CASES = {
     "initialize_twice": (IS, r"already initialized", None),
     "comm_rank_null_ok": (OK, None, None),
     "graph_on_host": (NS, r"graph\(\) is only available for CUDA execution", None),
+    "update_graph_exec_on_host": (NS, r"update_captured\(\) is only available for CUDA execution", "ok"),
+    "update_graph_exec_null": (IV, r"cuda_graph and cuda_graph_exec must not be NULL", None),
+    "release_captured_on_host_ok": (OK, None, None),
     # fused fields (redist_create_fields): a double and a float field in one exchange
     "fields_ok": (OK, None, "ok"),
     "fields_out_some_ranks_ok": (OK, None, "ok"),

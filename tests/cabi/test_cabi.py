@@ -31,7 +31,8 @@ API = [
     "redist_graph", "redist_get_error_string", "redist_get_last_error", "redist_version",
     "redist_create_fields", "redist_get_nfields", "redist_execute_fields", "redist_execute_fields_strided",
     "redist_reset_operands", "redist_reset_operands_unchecked", "redist_reset_operand_field",
-    "redist_reset_operand_field_unchecked",
+    "redist_reset_operand_field_unchecked", "redist_update_graph_exec",
+    "redist_release_captured",
 ]
 
 

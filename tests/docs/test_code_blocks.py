@@ -6,7 +6,8 @@ is marked as a fragment on the line before its fence::
 
     <!-- fragment: why it cannot run alone -->
 
-Shell blocks (commands) and text blocks (output) are not run. The README is also what PyPI shows,
+A block that needs a GPU says so there, ``<!-- needs: gpu -->``: it runs on one rank where a GPU
+is visible (the lent GPU machines) and skips elsewhere. Shell blocks (commands) and text blocks (output) are not run. The README is also what PyPI shows,
 away from the repository: it must have no relative links.
 """
 
@@ -35,6 +36,7 @@ class Block:
     language: str
     code: str
     fragment: str | None  # the reason given, or None for a runnable block
+    gpu: bool = False  # runs only where a GPU is visible
 
     @property
     def id(self) -> str:
@@ -55,6 +57,7 @@ def blocks(page: Path) -> list[Block]:
         if language in LANGUAGES:
             before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
             marked = re.match(r"^<!--\s*fragment\b:?\s*(.*?)\s*-->$", before.strip())
+            gpu = re.match(r"^<!--\s*needs:\s*gpu\s*-->$", before.strip()) is not None
             out.append(
                 Block(
                     page,
@@ -62,6 +65,7 @@ def blocks(page: Path) -> list[Block]:
                     language,
                     "\n".join(lines[i + 1 : end]) + "\n",
                     (marked.group(1) or "fragment") if marked else None,
+                    gpu,
                 )
             )
         i = end + 1
@@ -97,10 +101,13 @@ def cabi(tmp_path_factory):
 @pytest.mark.mpi
 @pytest.mark.parametrize("block", [b for b in RUNNABLE if b.language == "python"], ids=lambda b: b.id)
 def test_python_block_runs(block, tmp_path):
+    if block.gpu and helpers.gpu_count() == 0:
+        pytest.skip("needs a GPU")
+    nprocs = 1 if block.gpu else NPROCS
     script = tmp_path / "block.py"
     script.write_text(block.code)
-    res = helpers.mpi(NPROCS, sys.executable, script, timeout=180)
-    assert res.returncode == 0, f"{block.id} under mpiexec -n {NPROCS}:\n{res.stdout[-4000:]}"
+    res = helpers.mpi(nprocs, sys.executable, script, timeout=180)
+    assert res.returncode == 0, f"{block.id} under mpiexec -n {nprocs}:\n{res.stdout[-4000:]}"
 
 
 @pytest.mark.docs

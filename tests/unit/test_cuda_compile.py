@@ -19,7 +19,7 @@ from redist.engine import geometry as geo
 from redist.engine.cuda import kernels
 from redist.engine.cuda.emulator import emulate_job
 from redist.engine.cuda.launch_list import align_of, build_launch_list
-from redist.engine.errors import InvalidStateError, InvalidValueError
+from redist.engine.errors import CudaError, InvalidStateError, InvalidValueError
 from redist.engine.plan import make_plan
 
 
@@ -596,12 +596,50 @@ class _Comm:
 
 
 _FUNCS: dict[int, tuple] = {}
+#: bytes of each kernel argument (copy.cu): Bases, table, nsegs [, ctl, proto, nranks, ncredit, narrive, nwait, wait, bump]
+_ARG_BYTES = {"plain": (16 * kernels.MAXF, 8, 4)}
+_ARG_BYTES["epoch"] = _ARG_BYTES["epoch_unpack"] = _ARG_BYTES["plain"] + (8, 8, 4, 4, 4, 4, 4, 4)
+
+
+class _Node:
+    """A node of a simulated CUDA graph: a kernel (function + a copy of its argument bytes), an
+    NVSHMEM or user operation (a host callable), or a child graph (a list of nodes, cloned)."""
+
+    def __init__(self, kind, func=0, grid=0, shm=0, args=None, fn=None, children=None):
+        self.kind, self.func, self.grid, self.shm, self.args, self.fn = kind, func, grid, shm, args, fn
+        self.children = children
+        self.enabled = True
+
+    def clone(self):
+        n = _Node(self.kind, self.func, self.grid, self.shm, self.args, self.fn,
+                  None if self.children is None else {i: c.clone() for i, c in self.children.items()})
+        n.enabled = self.enabled
+        return n
+
+
+class _Graph:
+    def __init__(self):
+        self.nodes: dict[int, _Node] = {}  # in insertion order
+        self.alive = True
+        self.execs = 0
 
 
 class _Driver:
+    """The CUDA driver of one simulated rank: kernels run the emulator, graphs record nodes and
+    replay them, captures follow CUDA's rules (a cuGraphLaunch into a capture invalidates it)."""
+
     def __init__(self, hub, rt):
         self.hub, self.rt = hub, rt
-        self.launches = 0
+        self.launches = 0  # kernels run
+        self.graph_launches = 0
+        self._ids = (rt.rank + 1) << 32
+        self.graphs: dict[int, _Graph] = {}
+        self.execs: dict[int, tuple[int, dict[int, _Node]]] = {}  # exec -> (graph, its nodes' copies)
+        self.captures: dict[int, dict] = {}  # capturing stream -> {graph, id, deps, status}
+
+    def _new_id(self):
+        self._ids += 16
+        return self._ids
 
     def _u64(self, addr):
         return int(self.hub.read(addr, 8).view(np.uint64)[0])
@@ -612,23 +650,57 @@ class _Driver:
             assert time.monotonic() - t0 < 30, f"rank {self.rt.rank}: {what} never reached epoch {e}"
             time.sleep(0.0005)
 
+    # -- kernels --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _snapshot(func, argv):
+        """The argument bytes of a launch (what CUDA copies at launch or capture time)."""
+        kind = _FUNCS[func][3]
+        ptrs = (ctypes.c_void_p * len(_ARG_BYTES[kind])).from_address(argv)
+        return tuple(ctypes.string_at(ptrs[i], n) for i, n in enumerate(_ARG_BYTES[kind]))
+
+    def _record(self, stream, node):
+        cap = self.captures[stream]
+        if cap["status"] != 1:
+            return
+        g = self.graphs[cap["graph"]]
+        nid = self._new_id()
+        g.nodes[nid] = node
+        cap["deps"] = [nid]
+
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shm, stream, argv, extra):
-        run, nout, vec, kind = _FUNCS[func]
         assert (gy, gz, by, bz) == (1, 1, 1, 1) and shm in (0, kernels.TILE_SHARED_BYTES) and bx == kernels.BLOCK
-        nargs = 3 if kind == "plain" else 11
-        ptrs = (ctypes.c_void_p * nargs).from_address(argv)
-        bases = (ctypes.c_int64 * (2 * kernels.MAXF)).from_address(ptrs[0])  # the Bases argument, by value
-        in_base = [b & kernels.ALL_ONES for b in bases[:kernels.MAXF]]
-        delta = list(bases[kernels.MAXF:])
-        table = ctypes.c_void_p.from_address(ptrs[1]).value
-        nsegs = ctypes.c_int.from_address(ptrs[2]).value
+        node = _Node("kernel", func, gx, shm, self._snapshot(func, argv))
+        if stream in self.captures:
+            self._record(stream, node)
+        else:
+            self._run_node(node)
+        return 0
+
+    def _run_node(self, node):
+        if not node.enabled:
+            return
+        if node.kind == "kernel":
+            self._run_kernel(node.func, node.grid, node.args)
+        elif node.kind == "op":
+            node.fn()
+        else:
+            for child in node.children.values():
+                self._run_node(child)
+
+    def _run_kernel(self, func, gx, args):
+        run, nout, vec, kind = _FUNCS[func]
+        bases = np.frombuffer(args[0], np.int64)  # the Bases argument, by value
+        in_base = [int(b) & kernels.ALL_ONES for b in bases[:kernels.MAXF]]
+        delta = [int(d) for d in bases[kernels.MAXF:]]
+        table = int(np.frombuffer(args[1], np.uint64)[0])
+        nsegs = int(np.frombuffer(args[2], np.int32)[0])
         tab = np.frombuffer(self.hub.read(table, max(nsegs, 1) * kernels.SEG_DTYPE.itemsize).tobytes(),
                             dtype=kernels.SEG_DTYPE)[:nsegs]
         hub = self.hub
         if kind != "plain":  # the epoch protocol, as copy.cu runs it (waits spin on other ranks' threads)
-            ctl = ctypes.c_void_p.from_address(ptrs[3]).value
-            proto_ptr = ctypes.c_void_p.from_address(ptrs[4]).value
-            P, ncredit, narrive, nwait, wait, bump = (ctypes.c_int.from_address(ptrs[i]).value for i in range(5, 11))
+            ctl, proto_ptr = (int(np.frombuffer(args[i], np.uint64)[0]) for i in (3, 4))
+            P, ncredit, narrive, nwait, wait, bump = (int(np.frombuffer(args[i], np.int32)[0]) for i in range(5, 11))
             proto = hub.read(proto_ptr, 8 * max(ncredit + narrive + nwait, 1)).view(np.uint64)
             e = self._u64(ctl) + 1
             for i in range(ncredit if kind == "epoch" else 0):
@@ -655,7 +727,7 @@ class _Driver:
 
         if nsegs:
             kernels.emulate(tab, vec=vec, run_bytes=run, nout=nout, grid=gx, in_base=in_base, out_delta=delta, load=load,
-                      store=store)
+                            store=store)
         if kind != "plain":
             if kind == "epoch":
                 for j in range(narrive):
@@ -666,13 +738,137 @@ class _Driver:
             if bump:
                 hub.write(ctl, np.array([e], np.uint64).view(np.uint8))
         self.launches += 1
-        return 0
+
+    def op(self, stream, fn):
+        """An NVSHMEM (or the test's own) stream operation: recorded while capturing, else run."""
+        if stream in self.captures:
+            self._record(stream, _Node("op", fn=fn))
+        else:
+            fn()
+
+    # -- streams and captures -------------------------------------------------------------------
 
     def cuStreamSynchronize(self, s):
+        assert s not in self.captures, "cuStreamSynchronize on a capturing stream"
         return 0
 
+    def capture_status(self, stream):
+        cap = self.captures.get(stream)
+        return 0 if cap is None else cap["status"]
+
+    def begin_capture(self, stream, mode="thread_local"):
+        assert stream not in self.captures
+        gid = self._new_id()
+        self.graphs[gid] = _Graph()
+        self.captures[stream] = {"graph": gid, "id": self._new_id(), "deps": [], "status": 1}
+
+    def end_capture(self, stream, *, discard=False):
+        cap = self.captures.pop(stream)
+        if discard or cap["status"] != 1:
+            self.destroy_graph(cap["graph"])
+            if not discard:
+                raise CudaError("cuStreamEndCapture failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
+            return 0
+        return cap["graph"]
+
+    def capture_info(self, stream):
+        cap = self.captures[stream]
+        return cap["status"], cap["id"], cap["graph"], list(cap["deps"])
+
+    def add_child(self, graph, deps, child):
+        nid = self._new_id()
+        self.graphs[graph].nodes[nid] = _Node(
+            "graph", children={self._new_id(): n.clone() for n in self.graphs[child].nodes.values()})
+        return nid
+
+    def child_kernels(self, child_node, funcs):
+        for g in self.graphs.values():
+            if child_node in g.nodes:
+                return {int(np.frombuffer(n.args[1], np.uint64)[0]): i
+                        for i, n in g.nodes[child_node].children.items() if n.kind == "kernel" and n.func in funcs}
+        raise AssertionError(hex(child_node))
+
+    def set_capture_dependencies(self, stream, nodes):
+        self.captures[stream]["deps"] = list(nodes)
+
+    def _release(self, gid):
+        g = self.graphs[gid]
+        if not g.alive and g.execs == 0:
+            del self.graphs[gid]
+
+    # -- graphs -----------------------------------------------------------------------------------
+
+    def instantiate(self, graph):
+        eid = self._new_id()
+        self.execs[eid] = (graph, {nid: n.clone() for nid, n in self.graphs[graph].nodes.items()})
+        self.graphs[graph].execs += 1
+        return eid
+
+    def upload(self, graph_exec, stream):
+        pass
+
+    def destroy_exec(self, graph_exec):
+        graph, _ = self.execs.pop(graph_exec)
+        self.graphs[graph].execs -= 1
+        self._release(graph)
+
+    def destroy_graph(self, graph):
+        self.graphs[graph].alive = False
+        self._release(graph)
+
+    def graph_nodes(self, graph):
+        return list(self.graphs[graph].nodes)
+
+    def node_type(self, node):
+        for g in self.graphs.values():
+            if node in g.nodes:
+                return g.nodes[node].kind
+        raise AssertionError(hex(node))
+
+    def set_node_enabled(self, graph_exec, node, enabled):
+        self.execs[graph_exec][1][node].enabled = bool(enabled)
+
     def cuGraphLaunch(self, exec_, stream):
-        raise AssertionError("the simulation runs eagerly (graphs = False): no graph is launched")
+        if stream in self.captures:  # as CUDA: not capturable, and the capture is invalidated
+            self.captures[stream]["status"] = 2
+            return 900
+        for node in self.execs[exec_][1].values():
+            self._run_node(node)
+        self.graph_launches += 1
+        return 0
+
+    def _params(self, pref):
+        p = pref.contents
+        return p.func, self._snapshot(p.func, p.kernelParams)
+
+    refuse_nested_updates = False  # as a driver that takes no kernel node inside a child graph
+
+    def cuGraphExecKernelNodeSetParams(self, exec_, node, pref):
+        nodes = self.execs[exec_][1]
+        n = nodes.get(node)
+        if n is None and not self.refuse_nested_updates:
+            n = next((c.children[node] for c in nodes.values() if c.kind == "graph" and node in c.children), None)
+        if n is None or n.kind != "kernel":
+            return 1  # CUDA_ERROR_INVALID_VALUE
+        n.func, n.args = self._params(pref)
+        return 0
+
+    def cuGraphKernelNodeSetParams(self, node, pref):
+        for g in self.graphs.values():
+            if node in g.nodes:
+                g.nodes[node].func, g.nodes[node].args = self._params(pref)
+                return 0
+        return 400  # CUDA_ERROR_INVALID_HANDLE
+
+    def cuGraphExecChildGraphNodeSetParams(self, exec_, node, child):
+        n = self.execs[exec_][1].get(node)
+        if n is None or n.kind != "graph":
+            return 1  # CUDA_ERROR_INVALID_VALUE
+        new = [c.clone() for c in self.graphs[child].nodes.values()]
+        if [c.kind for c in new] != [c.kind for c in n.children.values()]:
+            return 1  # the topology must match
+        n.children = dict(zip(n.children, new))
+        return 0
 
     def call(self, name, *args):
         if name == "cuMemcpyHtoDAsync":
@@ -683,7 +879,7 @@ class _Driver:
             data = self.hub.read(src, n)
             ctypes.memmove(dst, data.ctypes.data, n)
         elif name == "cuStreamSynchronize":
-            pass
+            self.cuStreamSynchronize(*args)
         else:
             raise AssertionError(name)
 
@@ -693,7 +889,7 @@ class _NB:
         self.hub, self.rt = hub, rt
 
     def sync_all_on_stream(self, s):
-        self.hub.barrier.wait()
+        self.rt.driver.op(s, lambda: self.hub.barrier.wait())
 
     barrier_all_on_stream = sync_all_on_stream
 
@@ -704,13 +900,17 @@ class _NB:
         return addr - self.rt.heap + ((pe + 1) << 40)  # the symmetric address on PE pe
 
     def putmem_nbi_on_stream(self, dst, src, n, pe, s):
-        self.hub.write(self._remote(dst, pe), self.hub.read(src, n))
+        self.rt.driver.op(s, lambda: self.hub.write(self._remote(dst, pe), self.hub.read(src, n)))
 
     def signal_op_on_stream(self, sig, value, op, pe, s):
         assert op == 10, op  # NVSHMEM_SIGNAL_ADD
-        addr = self._remote(sig, pe)
-        old = int(self.hub.read(addr, 8).view(np.uint64)[0])
-        self.hub.write(addr, np.array([old + value], np.uint64).view(np.uint8))
+
+        def add():
+            addr = self._remote(sig, pe)
+            old = int(self.hub.read(addr, 8).view(np.uint64)[0])
+            self.hub.write(addr, np.array([old + value], np.uint64).view(np.uint8))
+
+        self.rt.driver.op(s, add)
 
     def putmem_signal_nbi_on_stream(self, dst, src, n, sig, value, op, pe, s):
         self.putmem_nbi_on_stream(dst, src, n, pe, s)  # the data lands before its signal
@@ -724,6 +924,7 @@ class _Runtime:
         self.hub, self.rank, self.nranks = hub, rank, hub.p
         self.comm = _Comm(hub, rank)
         self.device_id, self.sm_count, self.arch, self.stream, self.stopped = 0, 4, "90", 7, False
+        self.shared_gpu = False
         self.driver, self.nb = _Driver(hub, self), _NB(hub, self)
         self.heap = (rank + 1) << 40
         self._next, self._dnext = 0, (rank + 1) << 44
@@ -734,8 +935,8 @@ class _Runtime:
     def check_alive(self):
         pass
 
-    def retire(self, serial, sym, dev):
-        self.retired = getattr(self, "retired", []) + [serial]
+    def retire(self, key, sym, dev, pending=None):
+        self.retired = getattr(self, "retired", []) + [(key, sym, dev, pending)]
 
     def reap(self):
         pass
@@ -975,7 +1176,7 @@ def test_dropped_executable_retires_every_layout_variant_under_one_serial():
         e = object.__new__(CudaExecutable)
         e.__dict__.update(_freed=False, rt=rt, _bound=True, _check=types.SimpleNamespace(free=lambda: None),
                           _exec=None, _kernels={}, _protos=[], _send=send, _recv=recv, _ctl=ctl, result_ptr=result,
-                          _detached=False, _shares_result=shares, serial=7, _variants={})
+                          _detached=False, _shares_result=shares, serial=7, _variants={}, _copies=[], _held=[True])
         return e
 
     lists = []
@@ -987,7 +1188,7 @@ def test_dropped_executable_retires_every_layout_variant_under_one_serial():
         for e in (variant, base) if variant_first else (base, variant):
             e.__del__()
         lists.append(rt._retired)
-    assert lists[0] == lists[1] == {7: ([0x500, 0x600, 0x700, 0x100, 0x200, 0x300, 0x400], [])}
+    assert lists[0] == lists[1] == {(7, 0): ([0x500, 0x600, 0x700, 0x100, 0x200, 0x300, 0x400], [], None)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1160,3 +1361,259 @@ def test_emulate_grouped_transposes_of_mixed_sizes(offset):
         for f, (G, off) in enumerate(zip(Gs, lls[r].field_offsets)):
             want = expected_bytes(G, ob[r], (0, 2, 1))
             assert np.array_equal(outs[r][off: off + len(want)], want), f"rank {r} field {f} (offset {offset})"
+
+
+# --------------------------------------------------------------------------------------------
+# the user's own capture: execute() on a capturing stream records the exchange into it
+# --------------------------------------------------------------------------------------------
+
+_USER = 99  # the user's stream in the simulation
+
+
+def _operand(rt, G, box, itemsize):
+    a = operand_bytes(G, box, geo.dense_strides(geo.box_shape(box)), itemsize)
+    ptr = rt.dev_alloc(len(a) + 16)
+    rt.hub.write(ptr, a)
+    return ptr, len(a)
+
+
+@pytest.mark.parametrize("p", [1, 3])
+@pytest.mark.parametrize("transport,signal,nested", [("push", "epoch", True), ("put", "epoch", True),
+                                                     ("mixed", "epoch", False), ("push", "barrier", False),
+                                                     ("put", "barrier", True)])
+def test_capture_into_the_users_graph_on_a_simulated_job(p, transport, signal, nested, monkeypatch):
+    """The user captures producer -> execute -> consumer on their stream: nothing runs while
+    capturing, the capture stays valid, and every replay (interleaved with direct executes) moves
+    what the producer wrote; a rebind reaches the copy only through update_captured."""
+    gshape, itemsize = (9, 10, 6), 8
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    reach = np.ones((p, p), bool)
+    if transport == "mixed" and p > 1:
+        reach[0, 2] = reach[2, 0] = False
+    Gs = [global_bytes(gshape, itemsize, s) for s in (3, 5, 8)]
+
+    from redist.engine.cuda import executable
+
+    monkeypatch.setattr(executable, "_DIRECT_UPDATES", [True])
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r, reach[r])
+        drv = rt.driver
+        drv.refuse_nested_updates = not nested  # update_captured then rewrites the whole child
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize), signal=signal,
+                     transport="auto" if transport == "mixed" else transport)
+        srcs = [_operand(rt, G, ib[r], itemsize) for G in Gs]
+        live, nbytes = rt.dev_alloc(srcs[0][1] + 16), srcs[0][1]  # the operand the producer fills
+        sink = rt.dev_alloc(exe.result_bytes + 16)
+        want = [expected_bytes(G, ob[r], "C") for G in Gs]
+        n = len(want[0])
+        state = {"k": 0}
+
+        def producer():
+            rt.hub.write(live, rt.hub.read(srcs[state["k"]][0], nbytes))
+
+        result = exe.output_ptr  # what the user's consumer kernel would have captured
+
+        def consumer():
+            rt.hub.write(sink, rt.hub.read(result, n))
+
+        exe.rebind_input(live)
+        exe.execute(0)  # a direct execute first (epoch 1)
+        launches = drv.launches
+        drv.begin_capture(_USER, "global")
+        drv.op(_USER, producer)
+        exe.execute(_USER)
+        drv.op(_USER, consumer)
+        assert drv.launches == launches, "nothing may run while the stream captures"
+        assert drv.capture_status(_USER) == 1, "the user's capture must stay valid"
+        graph = drv.end_capture(_USER)
+        child = any(st.op != "kernel" for st in exe.launch_list.steps)  # NVSHMEM steps: one child-graph node
+        middle = ["graph"] if child else ["kernel"] * len(exe.launch_list.kernels)
+        assert [drv.node_type(nd) for nd in drv.graph_nodes(graph)] == ["op", *middle, "op"]
+        gexec = drv.instantiate(graph)
+        assert exe.captured_copies() == 1
+        for it in range(6):
+            state["k"] = it % 2
+            if it % 3 == 2:  # a direct execute between replays (the same protocol state)
+                producer()
+                exe.execute(0)
+                consumer()
+            else:
+                assert drv.cuGraphLaunch(gexec, _USER) == 0
+            rt.comm.allgather(None)
+            assert np.array_equal(rt.hub.read(sink, n), want[state["k"]]), (r, it)
+            rt.comm.allgather(None)
+        # a rebind: the copy keeps reading `live` until update_captured
+        exe.rebind_input(srcs[2][0])
+        state["k"] = 1
+        drv.cuGraphLaunch(gexec, _USER)
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(sink, n), want[1]), "the copy must keep its old operand"
+        rt.comm.allgather(None)
+        assert exe.update_captured(graph, gexec) == 1
+        if child:  # (the flag is per process: here the rank threads share it)
+            assert executable._DIRECT_UPDATES[0] == nested
+        drv.cuGraphLaunch(gexec, _USER)
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(sink, n), want[2]), "update_captured must rebind the copy"
+        rt.comm.allgather(None)
+        exe.execute(0)  # and the object's own graph reads the new operand too
+        consumer()
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(sink, n), want[2])
+        rt.comm.allgather(None)
+        # free() while the user's graph holds a copy: memory retired, not freed, until release_captured
+        held = set(rt.sym)
+        exe.free()
+        assert set(rt.sym) == held, "free() must not free memory a captured copy uses"
+        (_, sym, _, pending), = rt.retired
+        assert pending() and exe.result_ptr == 0 and set(sym) <= held
+        drv.cuGraphLaunch(gexec, _USER)  # the copy still runs (its memory is retired, not freed)
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(sink, n), want[2])
+        rt.comm.allgather(None)
+        drv.destroy_exec(gexec)
+        drv.destroy_graph(graph)
+        assert pending()
+        exe.release_captured()
+        assert not pending()
+
+    _run_threads(p, rank)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_refused_inside_a_capture_leaves_it_valid(p):
+    """What cannot be captured raises on every rank before anything is enqueued: the user ends the
+    capture and replays what it holds, correctly. Ranks that disagree on capturing are refused."""
+    gshape, itemsize = (6, 8, 4), 4
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 2)
+    G = global_bytes(gshape, itemsize, 4)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        drv = rt.driver
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize), transport="put")
+        ptr, _ = _operand(rt, G, ib[r], itemsize)
+        exe.rebind_input(ptr)
+        want = expected_bytes(G, ob[r], "C")
+        shape = geo.box_shape(ob[r])
+        ghost = tuple(n + 2 for n in shape)
+        grid = rt.sym_alloc(math.prod(ghost) * itemsize + 64, owner="user")
+        gstrides = geo.dense_strides(ghost, "C")
+        from redist.engine.buffer import Buffer
+
+        strided = Buffer(grid + sum(gstrides) * itemsize, shape, gstrides, itemsize, "cuda", 0)
+        drv.begin_capture(_USER)
+        exe.execute(_USER)  # recorded
+        launches = drv.launches
+        with pytest.raises(InvalidStateError, match="inside a CUDA graph capture: freeing the staging"):
+            exe.execute(_USER, release_workspace=True)
+        exe.bind_output(strided)
+        with pytest.raises(InvalidStateError, match="strides no execute\\(\\) has used yet"):
+            exe.execute(_USER)
+        exe.bind_output(None)
+        if p > 1:  # rank 0 captures, the others call a direct execute
+            s = _USER if r == 0 else 0
+            with pytest.raises(InvalidValueError, match="capturing"):
+                exe.execute(s)
+        assert drv.launches == launches and drv.capture_status(_USER) == 1
+        graph = drv.end_capture(_USER)
+        gexec = drv.instantiate(graph)
+        drv.cuGraphLaunch(gexec, 0)
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(exe.result.ptr, len(want)), want)
+        rt.comm.allgather(None)
+        # a strided out= used once outside the capture can then be captured
+        exe.bind_output(strided)
+        exe.execute(0)
+        drv.begin_capture(_USER)
+        exe.execute(_USER)
+        graph2 = drv.end_capture(_USER)
+        exe.bind_output(None)
+        exe.execute(0)
+        gexec2 = drv.instantiate(graph2)
+        with pytest.raises(InvalidStateError, match="other strides than the last"):
+            exe.update_captured(graph2, gexec2)
+        with pytest.raises(InvalidValueError, match="holds no copy of this exchange"):
+            exe.update_captured(graph2 + 1, gexec)
+        # release_workspace refused while a copy may still use the staging
+        with pytest.raises(InvalidStateError, match="call release_captured\\(\\) first"):
+            exe.execute(0, release_workspace=True)
+        for e in (gexec, gexec2):
+            drv.destroy_exec(e)
+        drv.destroy_graph(graph)
+        drv.destroy_graph(graph2)
+        assert exe.captured_copies() == 2
+        exe.release_captured()
+        assert exe.captured_copies() == 0
+        exe.execute(0, release_workspace=True)  # no copy left
+        if exe.workspace_bytes:  # staging released (P > 1): re-making it cannot be captured
+            drv.begin_capture(_USER)
+            with pytest.raises(InvalidStateError, match="after release_workspace=True"):
+                exe.execute(_USER)
+            drv.end_capture(_USER)
+        exe.execute(0)
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(exe.result.ptr, len(want)), want)
+        rt.comm.allgather(None)
+        exe.free()
+
+    _run_threads(p, rank)
+
+
+def test_two_exchanges_in_one_captured_step():
+    """x -> y -> x in one capture (two executables): both copies recorded in order, right on replay."""
+    p, gshape, itemsize = 2, (5, 7, 3), 8
+    bx, by = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    Gs = [global_bytes(gshape, itemsize, s) for s in (1, 2)]
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        drv = rt.driver
+        fwd = _lower(rt, make_plan(r, bx, by, itemsize=itemsize))
+        back = _lower(rt, make_plan(r, by, bx, itemsize=itemsize))
+        srcs = [_operand(rt, G, bx[r], itemsize) for G in Gs]
+        live, nbytes = rt.dev_alloc(srcs[0][1] + 16), srcs[0][1]
+        fwd.rebind_input(live)
+        back.rebind_input(fwd.result.ptr)
+        state = {"k": 0}
+        drv.begin_capture(_USER)
+        drv.op(_USER, lambda: rt.hub.write(live, rt.hub.read(srcs[state["k"]][0], nbytes)))
+        fwd.execute(_USER)
+        back.execute(_USER)
+        graph = drv.end_capture(_USER)
+        assert [drv.node_type(nd) for nd in drv.graph_nodes(graph)] == ["op", "kernel", "kernel"]  # recorded flat
+        gexec = drv.instantiate(graph)
+        for it in range(4):
+            state["k"] = it % 2
+            drv.cuGraphLaunch(gexec, _USER)
+            rt.comm.allgather(None)
+            mid = expected_bytes(Gs[state["k"]], by[r], "C")
+            end = expected_bytes(Gs[state["k"]], bx[r], "C")
+            assert np.array_equal(rt.hub.read(fwd.result.ptr, len(mid)), mid)
+            assert np.array_equal(rt.hub.read(back.result.ptr, len(end)), end)
+            rt.comm.allgather(None)
+        drv.destroy_exec(gexec)
+        drv.destroy_graph(graph)
+        fwd.free()
+        back.free()
+
+    _run_threads(p, rank)
+
+
+def test_legacy_stream_while_a_blocking_stream_captures_is_refused():
+    gshape = (4, 4)
+    ib, ob = slab_boxes(gshape, 1, 0), slab_boxes(gshape, 1, 1)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        rt.driver.capture_status = lambda s: 3 if s == 0 else 0  # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on stream 0
+        exe = _lower(rt, make_plan(r, ib, ob, itemsize=4))
+        exe.rebind_input(_operand(rt, global_bytes(gshape, 4), ib[r], 4)[0])
+        launches = rt.driver.launches
+        with pytest.raises(InvalidValueError, match="legacy default stream"):
+            exe.execute(0)
+        assert rt.driver.launches == launches
+        exe.free()
+
+    _run_threads(1, rank)

@@ -326,6 +326,17 @@ int main(int argc, char **argv)
         void *g = NULL;
         planned(&h);
         RUN(redist_graph(h, NULL, &g));
+    } else if (strcmp(name, "update_graph_exec_on_host") == 0) {
+        int32_t n = -1;
+        planned(&h);
+        RUN(redist_update_graph_exec(h, (void *)0x1000, (void *)0x2000, &n));
+        data = n == 0 ? "ok" : "wrong";
+    } else if (strcmp(name, "release_captured_on_host_ok") == 0) {
+        planned(&h);
+        RUN(redist_release_captured(h));
+    } else if (strcmp(name, "update_graph_exec_null") == 0) {
+        planned(&h);
+        RUN(redist_update_graph_exec(h, NULL, NULL, NULL));
     } else {
         fprintf(stderr, "unknown case %s\n", name);
         return 2;

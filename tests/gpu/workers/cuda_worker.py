@@ -886,23 +886,26 @@ def run_fields(fails: Fails):
 MODES = {"engine": run_engine, "replay": run_replay, "api": run_api, "bench": run_bench, "heap": run_heap, "fields": run_fields}
 
 
-def main():
-    mode = sys.argv[1]
+def run_mode(mode: str, fn) -> None:
+    """Run one worker mode ``fn(fails)``; failures are reduced across ranks, rank 0 prints ALL OK."""
     fails = Fails()
     try:
-        if mode == "bench" and len(sys.argv) > 2:
-            run_bench(
-                fails,
-                sizes=tuple(int(x) for x in sys.argv[2].split(",")),
-                transports=tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else ("auto",),
-            )
-        else:
-            MODES[mode](fails)
+        fn(fails)
     except Exception:  # noqa: BLE001
         fails.add(f"{mode}: {traceback.format_exc()}")
     total = comm.allreduce(len(fails.items))
     if rank == 0:
         print("ALL OK" if total == 0 else f"{total} FAILURE(S)", flush=True)
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "bench" and len(sys.argv) > 2:
+        run_mode(mode, lambda fails: run_bench(
+            fails, sizes=tuple(int(x) for x in sys.argv[2].split(",")),
+            transports=tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else ("auto",)))
+    else:
+        run_mode(mode, MODES[mode])
 
 
 if __name__ == "__main__":
