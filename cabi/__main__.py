@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ._build import build, default_dir, flags
+from ._build import build, default_dir, flags, fortran_built
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,7 +38,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key, path in written.items():
             print(f"{key:15s} {path}")
         return 0
-    fl = flags(a.out)
+    try:
+        fl = flags(a.out)
+    except FileNotFoundError as e:
+        p.exit(2, f"{p.prog} flags: error: {e}\n")
+    fortran = fortran_built(fl["dir"])
+    if not fortran and (a.fflags or a.flibs):
+        p.exit(2, f"{p.prog} flags: error: {fl['dir']} has no Fortran module (redist.mod, libredist_f.a): "
+                  f"rebuild with a Fortran compiler (python -m redist.cabi build --out {fl['dir']} --fc FC)\n")
     picked = [fl[k] for k in ("cflags", "libs", "fflags", "flibs") if getattr(a, k)]
     if picked:
         print(" ".join(picked))
@@ -46,8 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"# redist C ABI in {fl['dir']}")
     print(f"C compile:        {fl['cflags']}")
     print(f"C link:           {fl['libs']}")
-    print(f"Fortran compile:  {fl['fflags']}")
-    print(f"Fortran link:     {fl['flibs']}")
+    if fortran:
+        print(f"Fortran compile:  {fl['fflags']}")
+        print(f"Fortran link:     {fl['flibs']}")
+    else:
+        print("Fortran:          not built (--no-fortran, or no Fortran compiler at build time: build --fc FC)")
     print("# Fortran with another compiler: add DIR/redist.f90 to your sources and link with the C link flags.")
     return 0
 

@@ -18,7 +18,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-__all__ = ["HERE", "build", "default_dir", "find_fortran_compiler", "flags"]
+__all__ = ["HERE", "build", "default_dir", "find_fortran_compiler", "flags", "fortran_built"]
 
 HERE = Path(__file__).resolve().parent
 MODULE = "_redist_cabi"  # the name cffi gives the embedded extension module
@@ -185,9 +185,19 @@ def build(out_dir: str | os.PathLike | None = None, *, fortran: bool | str = Tru
     return written
 
 
-def flags(out_dir: str | os.PathLike | None = None) -> dict:
-    """Compile and link flags for C and Fortran programs using the library in ``out_dir``."""
+def flags(out_dir: str | os.PathLike | None = None) -> dict[str, str]:
+    """Compile and link flags for C and Fortran programs using the library in ``out_dir``.
+
+    Raises FileNotFoundError when ``out_dir`` holds no built library (``libredist.so`` and
+    ``redist.h``): flags for it would only fail later, at link time. The Fortran flags also need
+    ``redist.mod`` and ``libredist_f.a`` there (:func:`fortran_built`).
+    """
     d = str(Path(out_dir if out_dir is not None else default_dir()).resolve())
+    missing = [name for name in ("libredist.so", "redist.h") if not os.path.isfile(os.path.join(d, name))]
+    if missing:
+        raise FileNotFoundError(
+            f"no redist C ABI built in {d} ({' and '.join(missing)} missing): run "
+            f"python -m redist.cabi build --out {d}")
     libs = f"-L{d} -lredist -Wl,-rpath,{d}"
     return {
         "cflags": f"-I{d}",
@@ -196,3 +206,8 @@ def flags(out_dir: str | os.PathLike | None = None) -> dict:
         "flibs": f"-L{d} -lredist_f -lredist -Wl,-rpath,{d}",
         "dir": d,
     }
+
+
+def fortran_built(out_dir: str | os.PathLike) -> bool:
+    """Whether ``out_dir`` holds the compiled Fortran module (``redist.mod`` and ``libredist_f.a``)."""
+    return all(os.path.isfile(os.path.join(out_dir, name)) for name in ("redist.mod", "libredist_f.a"))

@@ -24,7 +24,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from .buffer import Buffer
 from .collective import Problem
@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
     from .cuda.runtime import Runtime
+
+#: where planning is logged: a logger, or the API's adapter that puts the rank in front of each line
+Logger: TypeAlias = "logging.Logger | logging.LoggerAdapter[logging.Logger]"
 
 __all__ = [
     "BACKENDS",
@@ -139,7 +142,7 @@ class LowerOptions:
     host_method: str = "auto"
     signal: str = "epoch"
     blocking: bool = False
-    logger: logging.Logger | None = None
+    logger: Logger | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -256,7 +256,8 @@ def subtract(box: BoxT, cut: BoxT) -> list[BoxT]:
     return pieces
 
 
-def sources(in_boxes: Sequence[BoxT], out_boxes: Sequence[BoxT]):
+def sources(in_boxes: Sequence[BoxT],
+            out_boxes: Sequence[BoxT]) -> tuple[np.ndarray, Callable[[int, int], tuple[BoxT, ...]]]:
     """Who sends what when input boxes may overlap: each element comes from the lowest rank holding it.
 
     Returns ``(counts, parts)``: ``counts[s, d]`` (int64 matrix) = elements rank s is the source of

@@ -6,7 +6,7 @@
 One process (no mpiexec), a tiny host problem: a ``EDGE x EDGE`` float64 array whose input and
 output boxes are the same (a local copy), so the time is the call path, not data movement.
 
-* C path: ``cabi/checks/bench_execute.c`` linked to libredist.so (built into a temporary
+* C path: ``perf/bench_execute.c`` linked to libredist.so (built into a temporary
   directory unless ``--lib`` names one), calling ``redist_execute`` etc. in a loop;
 * Python path: a fresh interpreter calling ``Redistribute.execute`` etc. on the same problem
   (a :class:`redist.RawArray` operand, as the C ABI uses).
@@ -118,16 +118,17 @@ def main(argv=None) -> int:
                         "use a small --iters (below the launch queue depth), e.g. 256")
     a = p.parse_args(argv)
 
-    from redist.cabi import _testing as cabi_testing
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the C ABI test helpers
+    import helpers
 
     with tempfile.TemporaryDirectory(prefix="bench-cabi-") as tmp:
-        built = cabi_testing.build_once(Path(a.lib) if a.lib else Path(tmp) / "lib")
+        built = helpers.build_once(Path(a.lib) if a.lib else Path(tmp) / "lib")
         extra = []
         if a.device:
             cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
             libdir = next(p for p in (cuda / "lib64", cuda / "lib") if (p / "libcudart.so").exists())
             extra = ["-DREDIST_BENCH_CUDA", f"-I{cuda / 'include'}", f"-L{libdir}", "-lcudart", f"-Wl,-rpath,{libdir}"]
-        exe = cabi_testing.compile_c(cabi_testing.CHECKS / "bench_execute.c", Path(tmp) / "bench_execute", built, extra=extra)
+        exe = helpers.compile_c(Path(__file__).resolve().parent / "bench_execute.c", Path(tmp) / "bench_execute", built, extra=extra)
         keep = ("PYTHONPATH",) if a.device else ()  # the GPU image installs redist under PYTHONPATH
         env = {k: v for k, v in os.environ.items() if k in keep or k not in ("PYTHONHOME", "PYTHONPATH", "REDIST_PYTHON")}
         args = [str(a.iters), str(a.trials), str(a.edge), "device" if a.device else "host"]

@@ -14,6 +14,8 @@ MPI; GPU arrays move over NVSHMEM inside one CUDA graph per stream.
 ...     b = r.execute()      # this rank's Slab.Y box
 """
 
+from typing import Any
+
 from ._blocks import BlockCyclic, BlockNonCyclic, ProcessGrid
 from ._distributions import Box, Distribution, Slab
 from ._operands import RawArray
@@ -79,7 +81,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # The symmetric-memory API imports CUDA packages: load it on first use only.
     if name in ("allocate_symmetric_memory", "free_symmetric_memory"):
         from . import _symmetric

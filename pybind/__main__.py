@@ -8,8 +8,39 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 _LAYOUTS = ("slab-x", "slab-y", "slab-z", "pencil-x", "pencil-y", "pencil-z")
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _check_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse bad demo arguments here, before mpiexec starts (argparse's message and exit code 2)."""
+    import numpy as np
+
+    try:
+        dtype = np.dtype(args.dtype)
+    except TypeError as e:
+        parser.error(f"argument --dtype: {e}")
+    if dtype.kind not in "biufc":
+        parser.error(f"argument --dtype: {dtype} is not a number type (the demo's elements hold their index)")
+    ndim = len(args.shape)
+    for option, name in (("--from", args.from_), ("--to", args.to)):
+        axis = "xyz".index(name[-1])
+        if name.startswith("pencil-") and ndim < 3:
+            parser.error(f"argument {option}: {name} needs a 3-D --shape, got {ndim}-D")
+        if axis >= ndim:
+            parser.error(f"argument {option}: {name} needs at least {axis + 1} dimensions, got {ndim}-D --shape")
 
 
 def _grid2(p: int) -> tuple[int, int]:
@@ -22,14 +53,9 @@ def _grid2(p: int) -> tuple[int, int]:
 def _distribution(name: str, ndim: int, nranks: int):
     import redist
 
+    axis = "xyz".index(name[-1])  # the dimensions were checked by _check_demo
     if name.startswith("slab-"):
-        axis = "xyz".index(name[-1])
-        if axis >= ndim:
-            raise SystemExit(f"{name} needs at least {axis + 1} dimensions")
         return redist.Slab(axis)
-    axis = "xyz".index(name[-1])
-    if ndim < 3 or axis >= ndim:
-        raise SystemExit(f"{name} needs a 3-D shape")
     a, b = _grid2(nranks)
     grid = [a, b]
     grid.insert(axis, 1)
@@ -46,7 +72,7 @@ def _progress(i: int, n: int, enabled: bool):
         print(f"\r  [{'#' * done}{'.' * (width - done)}] {i}/{n}", end=end, file=sys.stderr, flush=True)
 
 
-def _demo(args) -> int:
+def _demo(args: argparse.Namespace) -> int:
     from ._launch import mpiexec_command, under_mpi_launcher
 
     if not under_mpi_launcher() and not args.in_place and args.ranks > 1:
@@ -127,7 +153,7 @@ def _demo(args) -> int:
     return 0 if bad == 0 else 1
 
 
-def _info(args) -> int:
+def _info(args: argparse.Namespace) -> int:
     import redist
 
     redist.initialize()
@@ -138,9 +164,13 @@ def _info(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``redist`` / ``python -m redist`` command line; returns the exit code."""
+    from . import __version__
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m redist", description="redist command-line tools")
+    parser.add_argument("--version", action="version", version=f"redist {__version__}")
     sub = parser.add_subparsers(dest="cmd")
     d = sub.add_parser(
         "demo", help="redistribute a known array back and forth, verify, and time it",
@@ -148,22 +178,23 @@ def main(argv=None) -> int:
                     "another and back, verify every element on every rank, and time each execute(). "
                     "Started by plain python it launches --ranks processes under mpiexec; under mpiexec "
                     "(or with --in-place) it runs in the processes it was started in.")
-    d.add_argument("--ranks", type=int, default=4,
+    d.add_argument("--ranks", type=_positive, default=4,
                    help="processes to launch under mpiexec when not already under one (default 4)")
     d.add_argument("--in-place", action="store_true",
                    help="run in this process (a one-rank run) instead of launching --ranks processes")
-    d.add_argument("--shape", type=int, nargs="+", default=[256, 256, 256], help="global shape (default 256 256 256)")
+    d.add_argument("--shape", type=_positive, nargs="+", default=[256, 256, 256], help="global shape (default 256 256 256)")
     d.add_argument("--from", dest="from_", choices=_LAYOUTS, default="slab-x",
                    help="layout of the input (default slab-x; pencil-* split the two other axes)")
     d.add_argument("--to", choices=_LAYOUTS, default="slab-y", help="layout of the result (default slab-y)")
     d.add_argument("--dtype", default="complex64", help="numpy dtype of the elements (default complex64)")
-    d.add_argument("--iterations", type=int, default=20,
+    d.add_argument("--iterations", type=_positive, default=20,
                    help="executes in each direction, timed (default 20)")
     d.add_argument("--gpu", action="store_true",
                    help="cupy operands on the GPUs (CUDA graph backend; one rank per GPU)")
     sub.add_parser("info", help="print the runtime context")
     args = parser.parse_args(argv)
     if args.cmd == "demo":
+        _check_demo(d, args)
         args.argv = [a for a in argv[1:] if a != "--in-place"]
         return _demo(args)
     if args.cmd == "info":

@@ -313,7 +313,8 @@ class BlockNonCyclic(BlockCyclic):
     def __repr__(self) -> str:
         return f"BlockNonCyclic({self._grid!r})" + self._binding_str()
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        return self.__repr__()
 
     def shape(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
               nranks: int | None = None) -> tuple[int, ...]:

@@ -15,8 +15,9 @@
 
 Distributions compare by value (binding ignored), are hashable, and ``str`` gives their
 constructor form (as nvmath-python prints them). Nothing here talks to MPI; methods that need
-the number of processes take ``nranks=`` and otherwise ask the runtime (which starts it if
-need be). The grid distributions live in :mod:`._blocks`, box resolution in :mod:`._resolve`.
+the number of processes take ``nranks=`` and otherwise ask the runtime, which must be up
+(:func:`redist.initialize`): they never start it, nor MPI. The grid distributions live in
+:mod:`._blocks`, box resolution in :mod:`._resolve`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from .engine import geometry as geo
 from .engine.errors import (BindDistributionError, ConvertDistributionError, InvalidStateError,
-                            InvalidValueError)
+                            InvalidValueError, NotInitializedError)
 
 __all__ = ["Distribution", "Box", "Slab"]
 
@@ -51,9 +52,14 @@ def _shape(global_shape, what="global_shape") -> tuple[int, ...]:
 
 def _context_rank_nranks(rank, nranks) -> tuple[int, int]:
     if rank is None or nranks is None:
-        from ._runtime import context  # the runtime starts lazily; geometry never needs it
+        from ._runtime import get_context  # geometry never starts the runtime (nor MPI) by itself
 
-        pg = context().process_group
+        ctx = get_context()
+        if ctx is None:
+            raise NotInitializedError(
+                f"redist has not been initialized: pass {'rank= and nranks=' if rank is None else 'nranks='} "
+                "(nothing then touches MPI), or call redist.initialize() first")
+        pg = ctx.process_group
         rank = pg.rank if rank is None else rank
         nranks = pg.nranks if nranks is None else nranks
     return _int(rank, "rank"), _int(nranks, "nranks")
@@ -105,8 +111,8 @@ class Distribution(ABC):
               nranks: int | None = None) -> tuple[int, ...]:
         """Local shape process ``rank`` holds of an array of ``global_shape``.
 
-        ``rank``/``nranks`` default to the runtime's (which starts it); given both, nothing
-        here touches MPI.
+        ``rank``/``nranks`` default to the runtime's (after :func:`redist.initialize`; before
+        it, without them, NotInitializedError). Nothing here starts MPI.
         """
         return self.box(rank, global_shape, nranks=nranks).box_shape
 
@@ -261,7 +267,17 @@ class Box(Distribution):
         """This process's shape. A Box knows only its own process's box: ``rank`` other than
         this process's raises RuntimeError (as nvmath-python does)."""
         if rank is not None:
-            me, _ = _context_rank_nranks(None, nranks)
+            if nranks is not None and _int(nranks, "nranks") == 1:
+                me = 0  # one process: it is rank 0, no runtime needed
+            else:
+                from ._runtime import get_context
+
+                ctx = get_context()
+                if ctx is None:
+                    raise NotInitializedError(
+                        "redist has not been initialized: Box.shape(rank) compares rank with this process's rank, "
+                        "which needs redist.initialize() first (Box.shape() without rank needs nothing)")
+                me = ctx.process_group.rank
             if _int(rank, "rank") != me:
                 raise InvalidStateError("Can't calculate local shape of peer process with Box distribution")
         return self.box_shape

@@ -13,7 +13,7 @@ import sys
 __all__ = ["find_mpiexec", "mpiexec_command", "under_mpi_launcher", "run_mpi"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find_mpiexec() -> str | None:
     """The ``mpiexec`` next to this Python (the mpich wheel puts it there), else the one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -22,7 +22,7 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _is_open_mpi(exe: str) -> bool:
     try:
         out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout

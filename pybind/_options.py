@@ -26,8 +26,10 @@ class RedistributeOptions:
     Attributes
     ----------
     logger : logging.Logger or None
-        Where planning and execution are logged (INFO: stage times, per-peer bytes). None
-        uses the root logger, as nvmath-python does.
+        Where this object logs, every line starting with the process's rank (``rank 2: ...``).
+        INFO: construction and planning (stage times, per-peer bytes); DEBUG: the plan's
+        transfers and every ``execute()`` with its time. None: the ``"redist"`` logger
+        (nvmath-python logs to the root logger).
     blocking : True or "auto"
         True: ``execute()`` returns once the result is complete. "auto" (default): host
         operands block (MPI), GPU executions return as soon as the graph is launched on the
@@ -89,7 +91,7 @@ class RedistributeOptions:
     result: Literal["persistent", "fresh"] = "persistent"
     allow_overlap: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.blocking is not True and self.blocking != "auto":
             raise InvalidValueError("The value specified for 'blocking' must be either True or 'auto'.")
         if self.execution not in ("auto", "cpu", "cuda"):
@@ -142,3 +144,15 @@ class RedistributeOptions:
             "The Redistribute options must be provided as an object of type RedistributeOptions or as a dict with "
             f"valid Redistribute options. The provided object is '{options}'."
         )
+
+
+class RankLogger(logging.LoggerAdapter):
+    """A logger adapter that starts every line with this process's rank: ``rank 2: plan: ...``."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"rank {self.extra['rank'] if self.extra else '?'}: {msg}", kwargs
+
+
+def ranked_logger(logger: logging.Logger | None, rank: int) -> RankLogger:
+    """``logger`` (None: the ``"redist"`` logger) with ``rank N: `` in front of every line."""
+    return RankLogger(logger if logger is not None else logging.getLogger("redist"), {"rank": rank})

@@ -9,7 +9,7 @@ import functools
 import logging
 import time
 import weakref
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from . import _runtime
 from ._distributions import Box, Distribution
 from ._resolve import resolve_boxes
 from ._operands import Operand, as_array, wrap
-from ._options import RedistributeOptions
+from ._options import RedistributeOptions, ranked_logger
 from ._streams import current_stream, graph_handles, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
@@ -124,8 +124,10 @@ class Redistribute(Generic[ArrayT]):
         CUDA stream for GPU work (cupy/torch/cuda.core stream or a raw ``cudaStream_t`` int);
         ignored on the host backend.
 
-    Differences from nvmath-python 1.0 (deliberate)
-    -----------------------------------------------
+    Notes
+    -----
+    Deliberate differences from nvmath-python 1.0:
+
     * The result is persistent: :meth:`execute` returns an array owned by this object, reused
       (overwritten) by the next :meth:`execute` and released by :meth:`free`. Pass ``out=`` to
       write into your own array instead.
@@ -181,7 +183,7 @@ class Redistribute(Generic[ArrayT]):
         raise_first(specs, functools.partial(check_boxes, allow_overlap=opts.allow_overlap))
         self._backend = backend.select_backend(op.memory, opts.execution, ctx.cuda is not None)
         self._ctx, self._options = ctx, opts
-        self._logger = opts.logger if opts.logger is not None else logging.getLogger()
+        self._logger = ranked_logger(opts.logger, rank)
         self._fields = fields  # a tuple/list operand: execute() returns a tuple
         self._nfields = len(ops)
         self._operand_obj = tuple(operand) if fields else operand
@@ -224,20 +226,50 @@ class Redistribute(Generic[ArrayT]):
 
     # --- properties -------------------------------------------------------------------------
 
-    input_box = property(lambda self: Box(*self._in_boxes[self._ctx.process_group.rank]),
-                         doc="This process's input box.")
-    output_box = property(lambda self: Box(*self._out_boxes[self._ctx.process_group.rank]),
-                          doc="This process's output box.")
-    layout = property(lambda self: self._out_order,
-                      doc='"C", "F" or the axes slowest-varying first: the memory order of the result.')
-    execution_space = property(lambda self: "cpu" if self._backend == "host" else "cuda",
-                               doc='"cpu" or "cuda": where the exchange runs.')
-    memory_space = property(lambda self: self._template.memory, doc='"cpu" or "cuda": where operands live.')
-    device_id = property(lambda self: self._ctx.device_id)
-    blocking = property(lambda self: self._options.blocking)
-    operand = property(lambda self: self._operand_obj,
-                       doc="The operand bound now (a tuple for several fields; None once released).")
-    nfields = property(lambda self: self._nfields, doc="How many fields move in one exchange (1 for one array).")
+    @property
+    def input_box(self) -> Box:
+        """This process's input box."""
+        return Box(*self._in_boxes[self._ctx.process_group.rank])
+
+    @property
+    def output_box(self) -> Box:
+        """This process's output box."""
+        return Box(*self._out_boxes[self._ctx.process_group.rank])
+
+    @property
+    def layout(self) -> str | tuple[int, ...]:
+        """"C", "F" or the axes slowest-varying first: the memory order of the result."""
+        return self._out_order
+
+    @property
+    def execution_space(self) -> str:
+        """"cpu" or "cuda": where the exchange runs."""
+        return "cpu" if self._backend == "host" else "cuda"
+
+    @property
+    def memory_space(self) -> str:
+        """"cpu" or "cuda": where operands live."""
+        return self._template.memory
+
+    @property
+    def device_id(self) -> int | None:
+        """The CUDA device of this process (None when it runs CPU-only)."""
+        return self._ctx.device_id
+
+    @property
+    def blocking(self) -> Literal[True, "auto"]:
+        """The ``blocking`` option: True or "auto"."""
+        return self._options.blocking
+
+    @property
+    def operand(self) -> Any:
+        """The operand bound now (a tuple for several fields; None once released)."""
+        return self._operand_obj
+
+    @property
+    def nfields(self) -> int:
+        """How many fields move in one exchange (1 for one array)."""
+        return self._nfields
 
     @property
     def plan_description(self) -> str:
@@ -372,10 +404,10 @@ class Redistribute(Generic[ArrayT]):
             p = self._bind_out(out, 0)
             if p is not None and problem is None:
                 problem = p
-        if self._logger.isEnabledFor(logging.INFO):
+        if self._logger.isEnabledFor(logging.DEBUG):  # per call: DEBUG (a time loop would flood INFO)
             t0 = time.perf_counter()
             exe.execute(s, sync_symmetric_memory, release_workspace, problem)
-            self._logger.info("execute: %.3f ms on %s (%s)", (time.perf_counter() - t0) * 1e3, self.execution_space,
+            self._logger.debug("execute: %.3f ms on %s (%s)", (time.perf_counter() - t0) * 1e3, self.execution_space,
                               "blocking" if self._backend == "host" or self._options.blocking is True else
                               "asynchronous")
         else:
@@ -571,8 +603,7 @@ class Redistribute(Generic[ArrayT]):
             raise InvalidStateError("reset_operand(field=...) needs every field bound: the operands were released; "
                                     "pass a tuple of every field")
         self._bind(ops, list(fields))
-        if self._logger.isEnabledFor(logging.INFO):
-            self._logger.info("reset_operand: new operand bound")
+        self._logger.debug("reset_operand: new operand bound")
 
     def reset_operand_unchecked(self, operand: ArrayT, *, field: int | None = None, stream: Any = None) -> None:
         """Replace the operand with no checks and no logging (the caller guarantees compatibility).
@@ -649,7 +680,7 @@ class Redistribute(Generic[ArrayT]):
         """
         self._check_not_freed("release_operand")
         if self._state not in _HAS_OPERAND:
-            self._logger.info("release_operand: the operand is already released")
+            self._logger.debug("release_operand: the operand is already released")
             return
         if self._exe is not None:
             self._exe.release_input()
@@ -722,7 +753,7 @@ class Redistribute(Generic[ArrayT]):
         self.free()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         st = self._state.name if self._state is not None else "INVALID"
         return f"<redist.Redistribute {st} backend={getattr(self, '_backend', '?')}>"
 

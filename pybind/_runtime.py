@@ -13,11 +13,16 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .engine.backend import Context
 from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .process_group import MPIProcessGroup, ProcessGroup
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["DistributedContext", "initialize", "finalize", "get_context", "context", "is_initialized"]
 
@@ -173,8 +178,8 @@ def _start(device_id, process_group, backends, shared_gpu, already: bool) -> Dis
     return DistributedContext(dev, pg, cuda_rt is not None, None, cuda_rt, Context(own, cuda_rt))
 
 
-def initialize(device_id: int | str | None = None, process_group=None, backends=None, *,
-               shared_gpu: bool | None = None) -> None:
+def initialize(device_id: int | str | None = None, process_group: ProcessGroup | MPI.Intracomm | None = None,
+               backends: Sequence[str] | str | None = None, *, shared_gpu: bool | None = None) -> None:
     """Collective: bring up redist on ``process_group`` (default ``MPI.COMM_WORLD``).
 
     The signature is nvmath-python's ``initialize(device_id, process_group, backends)``, with
@@ -228,8 +233,9 @@ def get_context() -> DistributedContext | None:
     """The runtime context, or None before :func:`initialize` (as nvmath-python's).
 
     redist also initialises itself with defaults at the first call that needs the runtime
-    (constructing a :class:`~redist.Redistribute`, a distribution asked for a shape without
-    ``nranks``); after that this returns that context.
+    (constructing a :class:`~redist.Redistribute`, the function form); after that this returns
+    that context. Distributions never do: asked for a shape without ``nranks`` before
+    :func:`initialize`, they raise NotInitializedError.
     """
     pkg = sys.modules.get("redist")
     injected = None if pkg is None else pkg.__dict__.get("_ctx")  # a context set as redist._ctx (nvmath's tests)

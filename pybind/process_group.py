@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import enum
 import functools
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
 from .engine.errors import InvalidTypeError, InvalidValueError, NotInitializedError
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["ReductionOp", "ProcessGroup", "MPIProcessGroup", "TorchProcessGroup"]
 
@@ -69,18 +73,18 @@ class ProcessGroup(ABC):
 
     # -- redist's helpers (built on the three collectives; subclasses may do better) -------------
 
-    def allgather(self, obj) -> list:
+    def allgather(self, obj: Any) -> list[Any]:
         """Collective: every rank's ``obj`` in rank order (small set-up data only)."""
         mine = {self.rank: obj}
         every = self.allreduce_object(mine, op=lambda a, b: {**a, **b})
         return [every[r] for r in range(self.nranks)]
 
-    def bcast(self, obj, root: int = 0):
+    def bcast(self, obj: Any, root: int = 0) -> Any:
         """Collective: root's ``obj`` on every rank."""
         return self.allgather(obj if self.rank == root else None)[root]
 
     @property
-    def mpi_comm(self):
+    def mpi_comm(self) -> MPI.Intracomm | None:
         """The mpi4py communicator behind this group, or None (then redist uses ``MPI.COMM_WORLD``
         if it has the same processes in the same order)."""
         return None
@@ -89,7 +93,7 @@ class ProcessGroup(ABC):
 class MPIProcessGroup(ProcessGroup):
     """A :class:`ProcessGroup` over an mpi4py intra-communicator."""
 
-    def __init__(self, mpi_comm):
+    def __init__(self, mpi_comm: MPI.Intracomm) -> None:
         from mpi4py import MPI
 
         if not isinstance(mpi_comm, MPI.Intracomm):
@@ -106,7 +110,7 @@ class MPIProcessGroup(ProcessGroup):
         return self._mpi_comm.Get_size()
 
     @property
-    def mpi_comm(self):
+    def mpi_comm(self) -> MPI.Intracomm:
         return self._mpi_comm
 
     def broadcast_buffer(self, array: np.ndarray, *, root: int = 0) -> None:
@@ -122,13 +126,13 @@ class MPIProcessGroup(ProcessGroup):
         # folded in rank order on every rank: deterministic, and the same everywhere
         return functools.reduce(op, self._mpi_comm.allgather(obj))
 
-    def allgather(self, obj) -> list:
+    def allgather(self, obj: Any) -> list[Any]:
         return self._mpi_comm.allgather(obj)
 
-    def bcast(self, obj, root: int = 0):
+    def bcast(self, obj: Any, root: int = 0) -> Any:
         return self._mpi_comm.bcast(obj, root=root)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"MPIProcessGroup(rank {self.rank} of {self.nranks})"
 
 
@@ -139,7 +143,8 @@ class TorchProcessGroup(ProcessGroup):
     ordinal (nccl). ``torch_process_group``: a group handle, None for the default group.
     """
 
-    def __init__(self, *, device_id: int | Literal["cpu"], torch_process_group: Any = None, logger=None):
+    def __init__(self, *, device_id: int | Literal["cpu"], torch_process_group: Any = None,
+                 logger: logging.Logger | None = None) -> None:
         import torch.distributed as dist
 
         if device_id != "cpu" and (isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0):
@@ -201,5 +206,5 @@ class TorchProcessGroup(ProcessGroup):
         dist.all_gather_object(every, obj, group=self._group)
         return functools.reduce(op, every)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"TorchProcessGroup(rank {self.rank} of {self.nranks}, device {self._device_id!r})"

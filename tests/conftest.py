@@ -29,7 +29,22 @@ def worker_path(name: str) -> str:
     return str(hits[0])
 
 
+#: what ``--fast`` leaves out: everything that spawns processes or compiles for long
+FAST_SKIPS = ("mpi", "cabi", "fortran", "gpu", "slow")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help=f"run only the quick in-process tests: deselect those marked {', '.join(FAST_SKIPS)} "
+                          "(about a minute on 2 cores; CI runs everything)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--fast"):
+        slow = [item for item in items if any(m in item.keywords for m in FAST_SKIPS)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item not in slow]
     if gpu_count() == 0:
         skip = pytest.mark.skip(reason="no CUDA GPU visible (gpu tests run on the lent H200 machines)")
         for item in items:

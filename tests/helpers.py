@@ -13,8 +13,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import subprocess
+import sys
 import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +38,17 @@ def gpu_count() -> int:
         return n if err == driver.CUresult.CUDA_SUCCESS else 0
     except Exception:  # noqa: BLE001
         return 0
+
+
+def have_torch() -> bool:
+    """PyTorch is installed (``[test]`` does not pull it: on plain PyPI it is the CUDA build)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+#: the reason torch tests give when they skip
+NO_TORCH = "needs PyTorch (CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
 
 
 def shared_gpu() -> bool:
@@ -323,3 +338,92 @@ class Report:
             else:
                 print("ALL OK", flush=True)
         return 1 if flat else 0
+
+
+# --- the C ABI ------------------------------------------------------------------------------
+# Used by tests/cabi and perf/bench_cabi.py: the library built once per process and directory,
+# C and Fortran programs compiled against it. The examples are the installed package's
+# (redist/cabi/examples, what users get); the checks live here (tests/cabi/checks).
+
+CABI_CHECKS = TESTS / "cabi" / "checks"
+
+
+def cabi_dir() -> Path:
+    """The installed redist.cabi package directory (redist.h, redist.f90, examples/)."""
+    from redist.cabi._build import HERE
+
+    return HERE
+
+
+def cabi_examples() -> Path:
+    """The installed C and Fortran examples (redist/cabi/examples)."""
+    return cabi_dir() / "examples"
+
+
+@dataclass(frozen=True)
+class Built:
+    dir: Path
+    cflags: list[str]
+    libs: list[str]
+    fflags: list[str]
+    flibs: list[str]
+    fortran: bool  # redist.mod + libredist_f.a were built
+
+
+_built: dict[Path, Built] = {}
+
+
+def build_once(out_dir: Path) -> Built:
+    """Build into ``out_dir`` (Fortran module too when a compiler is found), once per process."""
+    from redist.cabi._build import build, flags
+
+    out_dir = Path(out_dir).resolve()
+    if out_dir not in _built:
+        written = build(out_dir, fortran=True)
+        f = flags(out_dir)
+        _built[out_dir] = Built(out_dir, f["cflags"].split(), f["libs"].split(), f["fflags"].split(),
+                                f["flibs"].split(), "fortran_lib" in written)
+    return _built[out_dir]
+
+
+def c_compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def fortran_compiler() -> str | None:
+    """$FC, else gfortran on PATH (what redist.cabi build uses)."""
+    from redist.cabi._build import find_fortran_compiler
+
+    return find_fortran_compiler()
+
+
+def mpicc() -> str | None:
+    """The mpicc of the MPI mpi4py uses: the one next to this Python (mpich wheel), else PATH."""
+    here = Path(sys.executable).parent / "mpicc"
+    return str(here) if os.access(here, os.X_OK) else shutil.which("mpicc")
+
+
+def _compile(cmd: list[str]) -> None:
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({res.returncode}):\n{res.stdout}{res.stderr}")
+
+
+def compile_c(src: Path, exe: Path, built: Built, *, compiler: str | None = None, extra: Sequence[str] = ()) -> Path:
+    cc = compiler or c_compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (cc/gcc) found")
+    _compile([cc, "-O2", "-Wall", "-Werror", "-pthread", str(src), *built.cflags, *built.libs, *extra, "-o", str(exe)])
+    return exe
+
+
+def compile_fortran(src: Path, exe: Path, built: Built, *, compiler: str | None = None) -> Path:
+    from redist.cabi._build import find_fortran_compiler
+
+    fc = find_fortran_compiler(compiler)
+    if fc is None:
+        raise RuntimeError("no Fortran compiler (gfortran or $FC) found")
+    if not built.fortran:
+        raise RuntimeError(f"{built.dir} has no redist.mod (built without a Fortran compiler)")
+    _compile([fc, "-std=f2008", "-Wall", "-O2", str(src), *built.fflags, *built.flibs, "-o", str(exe)])
+    return exe

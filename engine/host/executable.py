@@ -48,7 +48,6 @@ all it holds when garbage-collected.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -66,7 +65,9 @@ from .messages import Message, Side, align, messages
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "out_problem"]
+    from ..backend import Logger
+
+__all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "out_problem", "tag_ub"]
 
 #: the message methods (engine/host/push.py adds "push": stores into a shared window)
 METHODS = ("hybrid", "datatype", "pack", "alltoallw")
@@ -82,6 +83,26 @@ _METHOD_TEXT = {
 CACHE_SIZE = 4
 #: up to this many ranks, execute agrees through message tags (zero-byte messages fill the gaps)
 COMPLETE_MAX = 16
+
+
+#: the standard's lower bound for MPI_TAG_UB: what any MPI allows
+MIN_TAG_UB = 32767
+
+
+def tag_ub(comm: MPI.Intracomm) -> int:
+    """The largest message tag on ``comm`` (MPI_TAG_UB), the same on every rank.
+
+    Open MPI and Intel MPI attach the predefined attributes to ``MPI.COMM_WORLD`` only: on a
+    split communicator or a duplicate ``Get_attr(TAG_UB)`` is None there (MPICH copies it). Then
+    COMM_WORLD's value holds, else the standard's minimum.
+    """
+    from mpi4py import MPI
+
+    for c in (comm, MPI.COMM_WORLD):
+        value = c.Get_attr(MPI.TAG_UB)
+        if value is not None:
+            return int(value)
+    return MIN_TAG_UB
 
 
 def out_problem(plan: Plan, buf: Buffer) -> str | None:
@@ -119,7 +140,7 @@ class HostExecutable:
     results: tuple[Buffer, ...]
 
     def __init__(
-        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: logging.Logger | None,
+        self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: Logger | None,
         second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (),
     ) -> None:
         from mpi4py import MPI
@@ -135,7 +156,7 @@ class HostExecutable:
         self.comm = comm  # the context's communicator (not owned)
         self._logger = logger
         self._itemsizes = isz = fused.itemsizes
-        span = max(1, (int(comm.Get_attr(MPI.TAG_UB)) + 1) // 2)  # executable k: tags 2k (well), 2k + 1 (failed)
+        span = max(1, (tag_ub(comm) + 1) // 2)  # executable k: tags 2k (well), 2k + 1 (failed)
         self._ok_tag = 2 * (tag % span)
         self._err_tag = self._ok_tag + 1
         self._second = second  # the communicator of a pair's messages 1, 2, ... (several fields; not owned)
@@ -305,7 +326,6 @@ class HostExecutable:
             self._sides_in.move_to_end(ptrs)
             return side
         side = Side()
-        comm = self.comm
         srcs = [HostBuffer(ptr, isz) for ptr, isz in zip(ptrs, self._itemsizes)]
         if self._send_stage is None and self._send_stage_bytes:
             self._make_send_staging()
@@ -336,7 +356,7 @@ class HostExecutable:
             return side
         side = Side()
         _, msgs, nbytes = self._layout(strides)
-        comm, MPI = self.comm, self._MPI
+        MPI = self._MPI
         stage = self._recv_staging(strides, nbytes)
         dsts = [HostBuffer(ptr, isz) for ptr, isz in zip(ptrs, self._itemsizes)]
         for m in msgs:

@@ -143,7 +143,7 @@ class Message:
         self.tag = -1  # set by the executable (the first message: the agreement tags; the others: their own)
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[tuple[int, tuple[Copy, ...]], ...]:
         """What the message packs: equal keys pack the same bytes."""
         return tuple((p.field, p.copies) for p in self.parts)
 

@@ -25,7 +25,6 @@ result array included: a result the user still holds stays valid).
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -39,12 +38,12 @@ from ..errors import CommunicationError, InvalidValueError, NotSupportedError
 from ..plan import Copy, FusedPlan, Plan, fuse, simplify
 from ..strided import HostBuffer
 from ._datatypes import copy_views
-from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem
+from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem, tag_ub
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-    from ..backend import Context
+    from ..backend import Context, Logger
 
 __all__ = ["PushExecutable"]
 
@@ -63,7 +62,7 @@ class PushExecutable:
     result: Buffer
     results: tuple[Buffer, ...]
 
-    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: logging.Logger | None) -> None:
+    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: Logger | None) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -76,7 +75,7 @@ class PushExecutable:
         self._serial = tag
         self._logger = logger
         P, me = plan.nranks, plan.rank
-        span = max(1, (int(self.comm.Get_attr(MPI.TAG_UB)) + 1) // 4)
+        span = max(1, (tag_ub(self.comm) + 1) // 4)
         base_tag = 4 * (tag % span)
         self._ok_tag, self._err_tag, self._arrival_tag = base_tag, base_tag + 1, base_tag + 2
         # every field's result in the window, each at its own offset (a rank's offsets follow its

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import pytest
-from redist.cabi import _testing as cabi_testing
+import helpers
 
 
 @pytest.fixture(scope="session")
 def cabi(tmp_path_factory):
-    if cabi_testing.c_compiler() is None:
+    if helpers.c_compiler() is None:
         pytest.skip("no C compiler")
-    return cabi_testing.build_once(tmp_path_factory.getbasetemp() / "cabi")
+    return helpers.build_once(tmp_path_factory.getbasetemp() / "cabi")

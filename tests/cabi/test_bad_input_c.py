@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The bad-input matrix of the C ABI (cabi/checks/bad_input.c): each case in its own mpiexec, at
+"""The bad-input matrix of the C ABI (tests/cabi/checks/bad_input.c): each case in its own mpiexec, at
 P=2 and P=3, under a watchdog. The expected outcome is written next to each case: the status on
 every rank (and a pattern its message must match, naming the rank at fault), or success with
 the right data. ``reset_operand_unchecked`` is local by design: only the rank at fault fails.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from redist.cabi import _testing as cabi_testing
 from redist.engine.errors import STATUS
 
+import helpers
 from helpers import clean_env, mpi, run
 
 pytestmark = [pytest.mark.cabi, pytest.mark.mpi]
@@ -104,7 +104,7 @@ SINGLE = {
 
 @pytest.fixture(scope="module")
 def bad_input(cabi, tmp_path_factory):
-    return cabi_testing.compile_c(cabi_testing.CHECKS / "bad_input.c", tmp_path_factory.mktemp("cabi-bad") / "bad_input", cabi)
+    return helpers.compile_c(helpers.CABI_CHECKS / "bad_input.c", tmp_path_factory.mktemp("cabi-bad") / "bad_input", cabi)
 
 
 def outcomes(text: str) -> dict[int, tuple[int, str, str]]:

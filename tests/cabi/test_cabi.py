@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The C ABI (libredist.so, cffi embedding): build, header, examples under mpiexec, error paths.
 
-The library is built once per session into a temporary directory (cabi/_testing.build_once);
-C programs from cabi/examples and cabi/checks are compiled against it and run as real C
-processes (the embedded interpreter starts inside them), every multi-rank run under a timeout.
+The library is built once per session into a temporary directory (tests/helpers.py, build_once);
+C programs from cabi/examples (as installed) and tests/cabi/checks are compiled against it and
+run as real C processes (the embedded interpreter starts inside them), every multi-rank run under a timeout.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import redist
+import helpers
 from helpers import clean_env, gpu_ranks, mpi, run
-from redist.cabi import _testing as cabi_testing
 from redist.engine.errors import STATUS
 
 pytestmark = [pytest.mark.cabi]
@@ -44,15 +44,15 @@ def programs(cabi, tmp_path_factory):
 
     def get(name):
         if name not in made:
-            src = cabi_testing.EXAMPLES / f"{name}.c"
+            src = helpers.cabi_examples() / f"{name}.c"
             if not src.exists():
-                src = cabi_testing.CHECKS / f"{name}.c"
+                src = helpers.CABI_CHECKS / f"{name}.c"
             cc = None
             if name == "comm_split":  # calls MPI itself: the mpich wheel's mpicc
-                cc = cabi_testing.mpicc()
+                cc = helpers.mpicc()
                 if cc is None:
                     pytest.skip("no mpicc next to this Python or on PATH")
-            made[name] = cabi_testing.compile_c(src, bindir / name, cabi, compiler=cc)
+            made[name] = helpers.compile_c(src, bindir / name, cabi, compiler=cc)
         return made[name]
 
     return get
@@ -87,7 +87,7 @@ def test_flags_cli(cabi):
 def test_header_is_clean_c_and_cxx(cabi, tmp_path):
     src = tmp_path / "inc.c"
     src.write_text('#include "redist.h"\nint main(void) { redist_t h = 0; (void)h; return REDIST_SUCCESS; }\n')
-    res = run([cabi_testing.c_compiler(), "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only",
+    res = run([helpers.c_compiler(), "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only",
                f"-I{cabi.dir}", src])
     assert res.returncode == 0, res.stderr
     cxx = shutil.which("g++") or shutil.which("c++")
@@ -99,7 +99,7 @@ def test_header_is_clean_c_and_cxx(cabi, tmp_path):
 
 
 def test_header_status_codes_match_python():
-    text = (cabi_testing.HERE / "redist.h").read_text()
+    text = (helpers.cabi_dir() / "redist.h").read_text()
     codes = dict(re.findall(r"REDIST_(?:ERROR_)?(\w+) = (\d+)", text))
     for name, value in STATUS.items():
         assert int(codes[name]) == value, name
@@ -180,7 +180,7 @@ def test_fields(programs, nprocs):
     """Fused fields (double, float, int16_t in one exchange), every element checked: engine-owned
     results, out= per field (dense, ghosted, reversed), rebinding every field and one field
     (checked and not), per-field operand strides with an F-order result, released operands, and
-    handles of the other kind refused (cabi/checks/fields_checks.c)."""
+    handles of the other kind refused (tests/cabi/checks/fields_checks.c)."""
     res = mpi(nprocs, programs("fields_checks"))
     assert_all_ranks_ok(res, nprocs, r"rank (\d+)/(\d+): (\d+) fields checks passed")
 
@@ -244,8 +244,8 @@ def test_init_failure_deleted_venv(cabi, tmp_path):
     lib = tmp_path / "lib"
     res = run([py, "-m", "redist.cabi", "build", "--out", lib, "--no-fortran"], timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
-    built = cabi_testing.Built(lib, [f"-I{lib}"], [f"-L{lib}", "-lredist", f"-Wl,-rpath,{lib}"], [], [], False)
-    exe = cabi_testing.compile_c(cabi_testing.CHECKS / "init_probe.c", tmp_path / "probe", built)
+    built = helpers.Built(lib, [f"-I{lib}"], [f"-L{lib}", "-lredist", f"-Wl,-rpath,{lib}"], [], [], False)
+    exe = helpers.compile_c(helpers.CABI_CHECKS / "init_probe.c", tmp_path / "probe", built)
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
 
     def probe_here():
@@ -282,7 +282,7 @@ def device_loop(cabi, tmp_path_factory):
     if libdir is None:
         pytest.skip("no libcudart.so")
     exe = tmp_path_factory.mktemp("cabi-cuda") / "device_loop"
-    return cabi_testing.compile_c(cabi_testing.EXAMPLES / "device_loop.c", exe, cabi,
+    return helpers.compile_c(helpers.cabi_examples() / "device_loop.c", exe, cabi,
                        extra=[f"-I{cuda / 'include'}", f"-L{libdir}", "-lcudart", f"-Wl,-rpath,{libdir}"])
 
 
@@ -291,7 +291,7 @@ def test_device_example_builds(device_loop):
 
 
 def test_device_example_stub_without_cuda(cabi, tmp_path):
-    exe = cabi_testing.compile_c(cabi_testing.EXAMPLES / "device_loop.c", tmp_path / "stub", cabi, extra=["-DREDIST_EXAMPLE_NO_CUDA"])
+    exe = helpers.compile_c(helpers.cabi_examples() / "device_loop.c", tmp_path / "stub", cabi, extra=["-DREDIST_EXAMPLE_NO_CUDA"])
     assert "built without CUDA" in run([exe]).stdout
 
 

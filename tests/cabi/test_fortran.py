@@ -10,21 +10,21 @@ import subprocess
 
 import pytest
 import redist
+import helpers
 from helpers import mpi
-from redist.cabi import _testing as cabi_testing
 
 pytestmark = [pytest.mark.fortran, pytest.mark.cabi]
 
-FC = cabi_testing.find_fortran_compiler()
+FC = helpers.fortran_compiler()
 
 
 @pytest.fixture(scope="session")
 def fortran(tmp_path_factory):
     if FC is None or shutil.which(FC) is None:
         pytest.skip("no Fortran compiler (apt-get install gfortran)")
-    if cabi_testing.c_compiler() is None:
+    if helpers.c_compiler() is None:
         pytest.skip("no C compiler")
-    built = cabi_testing.build_once(tmp_path_factory.getbasetemp() / "cabi")
+    built = helpers.build_once(tmp_path_factory.getbasetemp() / "cabi")
     assert built.fortran, "the build found gfortran but did not compile redist.mod"
     return built
 
@@ -36,10 +36,10 @@ def fprograms(fortran, tmp_path_factory):
 
     def get(name):
         if name not in made:
-            src = cabi_testing.EXAMPLES / f"{name}.f90"
+            src = helpers.cabi_examples() / f"{name}.f90"
             if not src.exists():
-                src = cabi_testing.CHECKS / f"{name}.f90"
-            made[name] = cabi_testing.compile_fortran(src, bindir / name, fortran)
+                src = helpers.CABI_CHECKS / f"{name}.f90"
+            made[name] = helpers.compile_fortran(src, bindir / name, fortran)
         return made[name]
 
     return get
@@ -49,14 +49,14 @@ def test_module_is_standard_fortran_2008(tmp_path):
     if FC is None or shutil.which(FC) is None:
         pytest.skip("no Fortran compiler")
     res = subprocess.run([FC, "-std=f2008", "-pedantic", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
-                          f"-J{tmp_path}", str(cabi_testing.HERE / "redist.f90")], check=False, capture_output=True, text=True,
+                          f"-J{tmp_path}", str(helpers.cabi_dir() / "redist.f90")], check=False, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
 
 
 def test_module_binds_every_c_function():
-    header = (cabi_testing.HERE / "redist.h").read_text()
-    module = (cabi_testing.HERE / "redist.f90").read_text()
+    header = (helpers.cabi_dir() / "redist.h").read_text()
+    module = (helpers.cabi_dir() / "redist.f90").read_text()
     c_functions = set(re.findall(r"^(?:redist_status_t|const char \*)\s*(redist_\w+)\(", header, re.MULTILINE))
     bound = set(re.findall(r'bind\(C, name="(redist_\w+)"\)', module))
     assert len(c_functions) == 26 and bound == c_functions

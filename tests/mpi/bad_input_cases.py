@@ -28,16 +28,17 @@ class Case:
     name: str
     fn: object
     expect: object  # OK or (class, pattern)
+    needs: tuple[str, ...] = ()  # packages the case imports (test_bad_input.py skips it without them)
 
 
 CASES: dict[str, Case] = {}
 
 
-def case(expect):
+def case(expect, needs: tuple[str, ...] = ()):
     def deco(fn):
         name = fn.__name__
         assert name not in CASES, name
-        CASES[name] = Case(name, fn, expect)
+        CASES[name] = Case(name, fn, expect, needs)
         return fn
     return deco
 
@@ -282,7 +283,8 @@ def zero_dimensional(env):
     Redistribute(np.array(float(env.rank)), Slab.X, Slab.Y)
 
 
-@case((errors.InvalidTypeError, r"inconsistent array package across ranks: .*rank {last} 'torch'"))
+@case((errors.InvalidTypeError, r"inconsistent array package across ranks: .*rank {last} 'torch'"),
+      needs=("torch",))
 def package_differs_last(env):
     import torch
 
@@ -669,7 +671,8 @@ def out_self_overlapping_last(env):
                                                                       (0, 0, 8)))
 
 
-@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= must be a numpy array like the operand, got torch"))
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= must be a numpy array like the operand, got torch"),
+      needs=("torch",))
 def out_wrong_package_last(env):
     import torch
 
@@ -799,7 +802,8 @@ def reset_strides_last(env):
     _reset_case(env, lambda a: np.asfortranarray(a))
 
 
-@case((errors.InvalidValueError, r"rank {last}: The new operand's package \(torch\)"))
+@case((errors.InvalidValueError, r"rank {last}: The new operand's package \(torch\)"),
+      needs=("torch",))
 def reset_package_last(env):
     import torch
 

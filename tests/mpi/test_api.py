@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import NO_TORCH, have_torch
 
 pytestmark = pytest.mark.mpi
 
@@ -33,6 +34,7 @@ def test_errors_single_rank(mpirun):
     mpirun(1, "api_worker.py", "errors", timeout=120)
 
 
+@pytest.mark.skipif(not have_torch(), reason=NO_TORCH)
 @pytest.mark.parametrize("nprocs", [2])
 def test_torch_cpu_tensors(mpirun, nprocs):
     mpirun(nprocs, "api_worker.py", "torch", timeout=180)

@@ -8,6 +8,8 @@ minutes on 2 cores).
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from bad_input_cases import CASES
 
@@ -19,4 +21,7 @@ WATCHDOG_S = 90
 @pytest.mark.parametrize("nprocs", [2, 3])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input(mpirun, name, nprocs):
+    missing = [m for m in CASES[name].needs if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
     mpirun(nprocs, "bad_input_worker.py", name, timeout=WATCHDOG_S)

@@ -5,6 +5,7 @@ the runtime forms, the CPU examples' flows, the errors nvmath's suite checks, re
 from __future__ import annotations
 
 import pytest
+from helpers import NO_TORCH, have_torch
 
 pytestmark = pytest.mark.mpi
 
@@ -12,3 +13,9 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 def test_nvmath_behaviours(mpirun, nprocs):
     mpirun(nprocs, "nvmath_compat_worker.py", timeout=240)
+
+
+@pytest.mark.skipif(not have_torch(), reason=NO_TORCH)
+def test_nvmath_torch_example_flow(mpirun):
+    """example02/05: torch CPU tensors through redist.distribution, fresh results per execute."""
+    mpirun(2, "nvmath_compat_worker.py", "torch", timeout=240)

@@ -131,6 +131,7 @@ def test_seg_layout():
     assert kernels.family_widths(0) == (16, 8, 4, 2, 1) and kernels.family_widths(12) == (4, 2, 1)
 
 
+@pytest.mark.slow
 @needs_nvrtc
 def test_compile_every_family_for_sm90():
     """Every family shape (nout 0..MAXD with a per-segment run length) of every kind (plain, the

@@ -577,3 +577,29 @@ def test_resolve_boxes_all_empty_box_input():
 def test_resolve_boxes_errors(din, dout, shapes, match):
     with pytest.raises(InvalidValueError, match=match):
         resolve_boxes(din, dout, shapes)
+
+
+def test_shape_without_nranks_never_starts_mpi():
+    """Before initialize(), a shape without nranks raises NotInitializedError and leaves MPI alone, so
+    a later explicit initialize() works (in a fresh process: this one must not start MPI)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, redist\n"
+        "from redist import Slab, BlockNonCyclic, ProcessGrid\n"
+        "for call in (lambda: Slab.X.shape(0, (8, 6)), lambda: Slab.Y.box(None, (8, 6), nranks=2),\n"
+        "             lambda: BlockNonCyclic(ProcessGrid((1, 1))).shape(0, (8, 6))):\n"
+        "    try:\n"
+        "        call()\n"
+        "        raise SystemExit('no error')\n"
+        "    except redist.NotInitializedError as e:\n"
+        "        assert 'redist.initialize() first' in str(e) and isinstance(e, RuntimeError), e\n"
+        "assert 'mpi4py' not in sys.modules and not redist.is_initialized()\n"
+        "assert Slab.X.shape(1, (8, 6), nranks=2) == (4, 6) and 'mpi4py' not in sys.modules\n"
+        "redist.initialize(device_id='cpu')\n"
+        "assert Slab.X.shape(0, (8, 6)) == (8, 6)\n"
+        "print('ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr

@@ -335,7 +335,10 @@ def test_plan_key_is_stable_and_distinguishes_problems(pb, data):
     k = pb["dtype"].itemsize
     nranks = pb["nranks"]
     in_strides = [p.in_strides for p in plans]
-    as_np = lambda boxes: [(tuple(map(np.int64, lo)), tuple(map(np.int32, hi))) for lo, hi in boxes]
+
+    def as_np(boxes):
+        return [(tuple(map(np.int64, lo)), tuple(map(np.int32, hi))) for lo, hi in boxes]
+
     again = [
         make_plan(
             r,

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""nvmath-python 1.0 drop-in behaviours on the MPI host backend (run by tests/mpi/test_nvmath_compat.py).
+"""nvmath-python 1.0 drop-in behaviours on the MPI host backend (run by tests/mpi/test_nvmath_runtime.py).
+
+Usage: nvmath_compat_worker.py [torch]   (torch: the torch example's flow only)
 
 Written as an nvmath user writes code, with ``nvmath.distributed`` spelled ``redist``: the
 runtime and process group, the flows of nvmath's CPU examples (function form, stateful with
@@ -190,8 +192,11 @@ def distributions_through_the_runtime():
 
 
 def main():
-    steps = [runtime, function_form, stateful_fresh_results, boxes, errors, release_operand_drops_references,
-             distributions_through_the_runtime]
+    if sys.argv[1:] == ["torch"]:  # the flow of nvmath's torch example (needs PyTorch)
+        steps = [runtime, stateful_fresh_results]
+    else:
+        steps = [runtime, function_form, boxes, errors, release_operand_drops_references,
+                 distributions_through_the_runtime]
     for step in steps:
         try:
             step()
