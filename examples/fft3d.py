@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""fft3d.py: a distributed 3-D real-to-complex FFT on pencils, built on redist exchanges.
+
+    mpiexec -n 4 python examples/fft3d.py                        # 64^3 float64, 2 x 2 grid, checked
+    mpiexec -n 4 python examples/fft3d.py --shape 96 80 70 --grid 4 1   # slabs, uneven sizes
+    mpiexec -n 2 python examples/fft3d.py --gpu                  # cupy + cuFFT, one GPU per rank
+
+A global real array of shape (N0, N1, N2) lives on a P0 x P1 process grid in three pencil
+orientations. Each 1-D transform runs on the orientation where its axis is whole, and each
+redist exchange between two orientations writes its result with ``result_layout`` putting the next
+transform's axis last in memory, so every FFT is a batch of contiguous lines:
+
+    orientation   split over P0, P1   whole   memory order (slow -> fast)   transform
+    physical      axis 0, axis 1      axis 2  (0, 1, 2)                      rfft along axis 2
+    middle        axis 0, axis 2      axis 1  (0, 2, 1)                      fft along axis 1
+    spectral      axis 1, axis 2      axis 0  (1, 2, 0)                      fft along axis 0
+
+physical -> middle exchanges data inside each row of the grid, middle -> spectral inside each
+column. A grid (P, 1) gives slabs: physical -> middle then moves nothing between ranks and the host
+skips it (the axis-1 transform runs on the strided axis instead, as it does for every orientation
+change that moves nothing); on GPUs every exchange runs, since cuFFT lines here are contiguous.
+
+``PencilFFT`` is planned once (four ``redist.Redistribute`` objects with fixed operands and
+persistent results) and reused every step: ``forward(u)`` is numpy.fft.rfftn of the global array
+(unnormalised) and ``backward(u_hat)`` is irfftn (normalised by 1/(N0 N1 N2)), on any global shape,
+any P, any grid, with ``nfields`` arrays moving together in every exchange. On GPUs it touches no
+allocator after construction, so a whole step built from it can be captured into one CUDA graph
+(examples/taylor_green.py --gpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+import numpy as np
+import redist
+from mpi4py import MPI
+from redist import BlockNonCyclic, ProcessGrid, Redistribute
+
+__all__ = ["PencilFFT", "HostLines", "CuFFTLines", "default_grid", "gather"]
+
+# per orientation: the process grid of its boxes (P0, P1 placed on the split axes), the axis whose
+# lines it transforms, and its memory order when results make that axis contiguous
+ORIENTATIONS = {
+    "physical": (lambda p0, p1: (p0, p1, 1), 2, (0, 1, 2)),
+    "middle": (lambda p0, p1: (p0, 1, p1), 1, (0, 2, 1)),
+    "spectral": (lambda p0, p1: (1, p0, p1), 0, (1, 2, 0)),
+}
+
+
+def default_grid(nranks: int) -> tuple[int, int]:
+    """The near-square grid MPI would pick (``MPI.Compute_dims``): (P, 1) slabs for 2 or 3 ranks."""
+    p0, p1 = MPI.Compute_dims(nranks, 2)
+    return p0, p1
+
+
+def empty_in_order(xp, shape, dtype, order):
+    """An uninitialised array of ``shape`` (global axis order) whose memory runs in ``order``."""
+    mem = xp.empty(tuple(shape[a] for a in order), dtype=dtype)
+    return mem.transpose(np.argsort(order))
+
+
+def memory_order(a) -> tuple[int, ...]:
+    """The axes of ``a`` from the largest stride to the smallest (its memory order)."""
+    return tuple(sorted(range(a.ndim), key=lambda i: (-abs(a.strides[i]), i)))
+
+
+class HostLines:
+    """numpy.fft on the host: any axis, any strides, in place or not; inverses divide by n."""
+
+    xp = np
+    strided = True  # lines need not be contiguous: an exchange that only transposes is skipped
+    normalises = True
+
+    def __call__(self, kind: str, src, dst, axis: int, n: int) -> None:
+        if kind == "irfft":
+            np.fft.irfft(src, n=n, axis=axis, out=dst)
+        else:
+            getattr(np.fft, kind)(src, axis=axis, out=dst)
+
+
+class CuFFTLines:
+    """cuFFT on the GPU: batches of contiguous lines (``cupy.cuda.cufft.Plan1d``), one plan per
+    (kind, n, batch, dtype) made at the first call with their work areas. Later calls allocate
+    nothing and enqueue only on the current stream, so they can be captured into a CUDA graph.
+    Inverses are unnormalised (PencilFFT.backward scales once at the end)."""
+
+    strided = False
+    normalises = False
+
+    def __init__(self):
+        import cupy
+        from cupy.cuda import cufft
+
+        self.xp, self._cufft, self._plans = cupy, cufft, {}
+
+    def __call__(self, kind: str, src, dst, axis: int, n: int) -> None:
+        if src.size == 0:
+            return
+        order = memory_order(src)
+        mem_src, mem_dst = src.transpose(order), dst.transpose(order)
+        if order[-1] != axis or not (mem_src.flags.c_contiguous and mem_dst.flags.c_contiguous):
+            raise ValueError(f"cuFFT lines must be contiguous along axis {axis}: got strides {src.strides} -> "
+                             f"{dst.strides}")
+        cufft, double = self._cufft, src.dtype in (np.float64, np.complex128)
+        fft_type, direction = {
+            "rfft": (cufft.CUFFT_D2Z if double else cufft.CUFFT_R2C, cufft.CUFFT_FORWARD),
+            "irfft": (cufft.CUFFT_Z2D if double else cufft.CUFFT_C2R, cufft.CUFFT_INVERSE),
+            "fft": (cufft.CUFFT_Z2Z if double else cufft.CUFFT_C2C, cufft.CUFFT_FORWARD),
+            "ifft": (cufft.CUFFT_Z2Z if double else cufft.CUFFT_C2C, cufft.CUFFT_INVERSE),
+        }[kind]
+        batch = mem_src.size // mem_src.shape[-1]
+        key = (fft_type, n, batch)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = cufft.Plan1d(n, fft_type, batch)
+        plan.fft(mem_src, mem_dst, direction)
+
+
+class PencilFFT:
+    """A planned distributed 3-D real-to-complex FFT of ``nfields`` arrays at once.
+
+    Collective: every rank constructs it with the same arguments. ``grid=(P0, P1)`` with
+    P0 * P1 = the number of ranks (default :func:`default_grid`); ``contiguous=False`` keeps every
+    exchange's result in C order (the host then transforms strided lines: to measure what the
+    transposing result costs). ``stream``: the CUDA stream the GPU work goes on (cupy stream or
+    None for cupy's current one).
+    """
+
+    def __init__(self, global_shape, grid=None, *, nfields: int = 1, dtype=np.float64, gpu: bool = False,
+                 contiguous: bool = True, stream=None):
+        ctx = redist.get_context()
+        self.rank, self.nranks = ctx.process_group.rank, ctx.process_group.nranks
+        self.shape = tuple(int(n) for n in global_shape)
+        if len(self.shape) != 3 or min(self.shape) < 1:
+            raise ValueError(f"global_shape must be three positive extents, got {global_shape!r}")
+        self.grid = tuple(grid) if grid is not None else default_grid(self.nranks)
+        if len(self.grid) != 2 or self.grid[0] * self.grid[1] != self.nranks:
+            raise ValueError(f"grid {self.grid} does not have {self.nranks} ranks (P0 * P1)")
+        self.nfields = int(nfields)
+        self.lines = CuFFTLines() if gpu else HostLines()
+        xp = self.xp = self.lines.xp
+        self.real_dtype = np.dtype(dtype)
+        self.complex_dtype = np.result_type(self.real_dtype, np.complex64)
+        self.stream = stream
+        self.spectral_shape = self.shape[:2] + (self.shape[2] // 2 + 1,)
+        self.contiguous = contiguous
+        self._dists = {name: BlockNonCyclic(ProcessGrid(g(*self.grid))) for name, (g, _, _) in ORIENTATIONS.items()}
+
+        self.physical_box = self.box("physical", self.shape)
+        self.spectral_box = self.box("spectral", self.spectral_shape)
+        self._exchanges: list[Redistribute] = []
+        zeros = lambda shape, order: self._fill(empty_in_order(xp, shape, self.complex_dtype, order))  # noqa: E731
+
+        # forward: rfft along 2 into _a, then physical -> middle, fft along 1, middle -> spectral, fft along 0
+        self._a = tuple(zeros(self.box("physical", self.spectral_shape).shape(), (0, 1, 2)) for _ in range(self.nfields))
+        self._fwd_mid, self._fwd_mid_buf = self._stage(self._a, "physical", "middle")
+        self._fwd_spec, self._fwd_last = self._stage(self._fwd_mid_buf, "middle", "spectral")
+        # backward: ifft along 0 into _c (laid out like the forward's last buffer), spectral -> middle,
+        # ifft along 1, middle -> physical, irfft along 2
+        self._c = tuple(zeros(b.shape, memory_order(b)) for b in self._fwd_last)
+        self._bwd_mid, self._bwd_mid_buf = self._stage(self._c, "spectral", "middle")
+        self._bwd_phys, self._bwd_last = self._stage(self._bwd_mid_buf, "middle", "physical")
+        self._scale = None if self.lines.normalises else 1.0 / math.prod(self.shape)
+
+    # --- set-up ------------------------------------------------------------------------------
+
+    def box(self, orientation: str, global_shape) -> redist.Box:
+        """This rank's box of ``global_shape`` in one of the three orientations."""
+        return self._dists[orientation].box(self.rank, tuple(global_shape), nranks=self.nranks)
+
+    def _fill(self, a):
+        a[...] = 0
+        return a
+
+    def _stage(self, operands, src: str, dst: str):
+        """(the exchange src -> dst with fixed operands, its persistent results); (None, operands)
+        where the host can skip it: every rank's box is the same in both orientations."""
+        same = all(self._dists[src].box(r, self.spectral_shape, nranks=self.nranks)
+                   == self._dists[dst].box(r, self.spectral_shape, nranks=self.nranks) for r in range(self.nranks))
+        if same and self.lines.strided:
+            return None, operands
+        layout = ORIENTATIONS[dst][2] if self.contiguous else "C"
+        r = Redistribute(tuple(operands), self._dists[src], self._dists[dst], options={"result_layout": layout})
+        r.plan(stream=self.stream)
+        results = tuple(r.execute(stream=self.stream))  # persistent: the same arrays every execute
+        self._exchanges.append(r)
+        return r, results
+
+    def describe(self) -> str:
+        """One line: grid, orientations and which exchanges run."""
+        names = ["physical->middle", "middle->spectral"]
+        runs = [n for n, r in zip(names, (self._fwd_mid, self._fwd_spec)) if r is not None]
+        layout = "contiguous transform axes" if self.contiguous else "C-order results"
+        return (f"global {self.shape} {self.real_dtype}, grid {self.grid[0]}x{self.grid[1]}, {self.nfields} field(s), "
+                f"exchanges: {', '.join(runs) or 'none'} (and back), {layout}, "
+                f"{'cuFFT' if isinstance(self.lines, CuFFTLines) else 'numpy.fft'}")
+
+    # --- arrays ------------------------------------------------------------------------------
+
+    def physical_empty(self):
+        """A tuple of ``nfields`` uninitialised real arrays of this rank's physical box."""
+        return tuple(self.xp.empty(self.physical_box.shape(), dtype=self.real_dtype) for _ in range(self.nfields))
+
+    def spectral_empty(self):
+        """A tuple of ``nfields`` uninitialised complex arrays of this rank's spectral box, laid out
+        like the forward's last buffer (the axis-0 lines contiguous where the exchanges made them so)."""
+        return tuple(empty_in_order(self.xp, b.shape, self.complex_dtype, memory_order(b)) for b in self._fwd_last)
+
+    def _fields(self, arrays, what: str) -> tuple:
+        fields = (arrays,) if self.nfields == 1 and not isinstance(arrays, (tuple, list)) else tuple(arrays)
+        if len(fields) != self.nfields:
+            raise ValueError(f"{what}: expected {self.nfields} field(s), got {len(fields)}")
+        return fields
+
+    # --- transforms --------------------------------------------------------------------------
+
+    def _exchange(self, r):
+        if r is not None:
+            r.execute(stream=self.stream)
+
+    def forward(self, u, out=None):
+        """Collective: rfftn of the distributed real field(s) ``u`` (physical boxes) into ``out``
+        (spectral boxes; default new arrays, :meth:`spectral_empty`). Returns ``out``."""
+        u = self._fields(u, "forward")
+        out = self.spectral_empty() if out is None else self._fields(out, "forward(out=)")
+        n0, n1, n2 = self.shape
+        for f in range(self.nfields):
+            self.lines("rfft", u[f], self._a[f], 2, n2)
+        self._exchange(self._fwd_mid)
+        mid = self._fwd_mid_buf
+        for f in range(self.nfields):
+            self.lines("fft", mid[f], mid[f], 1, n1)
+        self._exchange(self._fwd_spec)
+        for f in range(self.nfields):
+            self.lines("fft", self._fwd_last[f], out[f], 0, n0)
+        return out
+
+    def backward(self, u_hat, out=None):
+        """Collective: irfftn of the distributed spectral field(s) ``u_hat`` (not modified) into
+        ``out`` (physical boxes; default new arrays). Returns ``out``."""
+        u_hat = self._fields(u_hat, "backward")
+        out = self.physical_empty() if out is None else self._fields(out, "backward(out=)")
+        n0, n1, n2 = self.shape
+        for f in range(self.nfields):
+            self.lines("ifft", u_hat[f], self._c[f], 0, n0)
+        self._exchange(self._bwd_mid)
+        mid = self._bwd_mid_buf
+        for f in range(self.nfields):
+            self.lines("ifft", mid[f], mid[f], 1, n1)
+        self._exchange(self._bwd_phys)
+        for f in range(self.nfields):
+            self.lines("irfft", self._bwd_last[f], out[f], 2, n2)
+            if self._scale is not None:
+                self.xp.multiply(out[f], self._scale, out=out[f])
+        return out
+
+    def free(self) -> None:
+        """Collective: free the exchanges (their results with them)."""
+        for r in self._exchanges:
+            r.free()
+        self._exchanges.clear()
+
+
+# --- the command line: forward + backward of random data, checked, timed ---------------------
+
+
+def gather(comm, local, box, global_shape, root: int = 0):
+    """The global array on ``root`` (None elsewhere) from every rank's ``local`` piece of ``box``."""
+    pieces = comm.gather((box.lower, box.upper, np.ascontiguousarray(local)), root=root)
+    if comm.rank != root:
+        return None
+    full = np.empty(global_shape, dtype=local.dtype)
+    for lo, hi, piece in pieces:
+        full[tuple(slice(a, b) for a, b in zip(lo, hi))] = piece
+    return full
+
+
+def check(fft: PencilFFT, comm, seed: int) -> float:
+    """Forward and backward of seeded random fields against numpy.fft.rfftn/irfftn of the gathered
+    arrays; returns the worst relative error (the same on every rank)."""
+    xp, lo, hi = fft.xp, fft.physical_box.lower, fft.physical_box.upper
+    rng = np.random.default_rng(seed)
+    glob = [rng.standard_normal(fft.shape).astype(fft.real_dtype) for _ in range(fft.nfields)]
+    u = tuple(xp.asarray(g[tuple(slice(a, b) for a, b in zip(lo, hi))]) for g in glob)
+    u_hat = fft.forward(u)
+    back = fft.backward(u_hat)
+    err = 0.0
+    for f in range(fft.nfields):
+        host_hat = u_hat[f].get() if hasattr(u_hat[f], "get") else u_hat[f]
+        host_back = back[f].get() if hasattr(back[f], "get") else back[f]
+        spec = gather(comm, host_hat, fft.spectral_box, fft.spectral_shape)
+        phys = gather(comm, host_back, fft.physical_box, fft.shape)
+        if comm.rank == 0:
+            ref = np.fft.rfftn(glob[f])
+            err = max(err, float(np.max(np.abs(spec - ref)) / np.max(np.abs(ref))),
+                      float(np.max(np.abs(phys - glob[f])) / np.max(np.abs(glob[f]))))
+    return comm.bcast(err, root=0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Run under mpiexec: mpiexec -n P python examples/fft3d.py [options]")
+    ap.add_argument("--shape", type=int, nargs="+", default=[64], metavar="N",
+                    help="global real shape N0 [N1 N2] (one value: a cube; default 64)")
+    ap.add_argument("--grid", type=int, nargs=2, metavar=("P0", "P1"), help="process grid (default: MPI.Compute_dims)")
+    ap.add_argument("--fields", type=int, default=1, help="fields transformed together (default 1)")
+    ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ap.add_argument("--iters", type=int, default=10, help="timed forward+backward pairs (default 10)")
+    ap.add_argument("--natural", action="store_true", help="C-order exchange results (no result_layout)")
+    ap.add_argument("--gpu", action="store_true", help="cupy arrays and cuFFT, one GPU per rank")
+    ap.add_argument("--no-check", action="store_true", help="skip the check against numpy.fft.rfftn")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    shape = args.shape * 3 if len(args.shape) == 1 else args.shape
+    if len(shape) != 3:
+        ap.error("--shape takes one or three extents")
+
+    redist.initialize(device_id=None if args.gpu else "cpu")
+    comm = redist.get_context().process_group.mpi_comm
+    stream = None
+    if args.gpu:
+        import cupy
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        stream.use()
+    fft = PencilFFT(shape, args.grid, nfields=args.fields, dtype=args.dtype, gpu=args.gpu,
+                    contiguous=not args.natural, stream=stream)
+    if comm.rank == 0:
+        print(f"fft3d: {comm.size} rank(s), {fft.describe()}")
+    status = 0
+    if not args.no_check:
+        tol = 1e-12 if fft.real_dtype == np.float64 else 1e-5
+        err = check(fft, comm, args.seed)
+        if comm.rank == 0:
+            print(f"  check against numpy.fft.rfftn / irfftn of the gathered array: max relative error {err:.2e} "
+                  f"({'OK' if err <= tol else 'FAILED'}, tolerance {tol:g})")
+        status = 0 if err <= tol else 1
+    u = fft.physical_empty()
+    for a in u:
+        a[...] = 1.0
+    u_hat = fft.spectral_empty()
+    sync = stream.synchronize if stream is not None else (lambda: None)
+    times = []
+    for it in range(args.iters + 1):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fft.forward(u, out=u_hat)
+        fft.backward(u_hat, out=u)
+        sync()
+        t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        if it:  # the first pair is a warm-up
+            times.append(t)
+    if comm.rank == 0 and times:
+        print(f"  forward + backward: median {statistics.median(times) * 1e3:.3f} ms, min {min(times) * 1e3:.3f} ms "
+              f"over {len(times)} pairs (slowest rank)")
+    fft.free()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
