@@ -260,6 +260,12 @@ class PencilFFT:
                 self.xp.multiply(out[f], self._scale, out=out[f])
         return out
 
+    def release_captured(self) -> None:
+        """The CUDA graphs that captured this plan's exchanges are destroyed (see README, "Capturing a
+        whole time step"): :meth:`free` may then free what their recorded copies used."""
+        for r in self._exchanges:
+            r.release_captured()
+
     def free(self) -> None:
         """Collective: free the exchanges (their results with them)."""
         for r in self._exchanges:
