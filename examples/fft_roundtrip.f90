@@ -223,17 +223,14 @@ program fft_roundtrip
 
 contains
 
-  !> Slab rule (1-based, inclusive): the first mod(n, p) parts get one extra point (redist's rule).
+  !> Part r (0-based) of p of 1..n, 1-based inclusive: points r*n/p + 1 .. (r+1)*n/p. Any exact
+  !> tiling will do: redist takes each rank's box as given (empty when n < p for some parts).
   subroutine split(n, p, r, lo, hi)
     integer(c_int64_t), intent(in) :: n
     integer, intent(in) :: p, r
     integer(c_int64_t), intent(out) :: lo, hi
-    integer(c_int64_t) :: q, rem
-    q = n / p
-    rem = mod(n, int(p, c_int64_t))
-    lo = r * q + min(int(r, c_int64_t), rem) + 1
-    hi = lo + q - 1
-    if (r < rem) hi = hi + 1
+    lo = (r * n) / p + 1
+    hi = ((r + 1) * n) / p
   end subroutine split
 
   !> An FFTW plan over `howmany` contiguous lines of length `len`, from x into y.
@@ -254,15 +251,14 @@ contains
     if (size(x) > 0) p = c_loc(x)
   end function addr
 
-  !> Stop every process with redist's message on any failure (redist errors are collective).
+  !> Stop with redist's message on any failure (redist's errors are collective: every rank stops).
   subroutine check(status, what)
     integer(c_int32_t), intent(in) :: status
     character(len=*), intent(in) :: what
-    if (status /= REDIST_SUCCESS) then
-      write (*, '(a,i0,4a)') "rank ", rank, ": ", what, " failed: ", redist_error_message(status)
-      write (*, '(2a)') "  ", redist_last_error_message()
-      error stop 1
-    end if
+    if (status == REDIST_SUCCESS) return
+    write (*, '(a,i0,6a)') "rank ", rank, ": ", what, ": ", redist_error_message(status), new_line('a'), &
+      redist_last_error_message()
+    error stop 1
   end subroutine check
 
 end program fft_roundtrip
