@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The spectral examples at tiny sizes under mpiexec: examples/fft3d.py (against numpy.fft.rfftn of
+the gathered array), examples/taylor_green.py (P = 2, 4 equal to P = 1; the early-time energy and
+dissipation against Taylor & Green's series) and examples/fft_roundtrip.f90 (Fortran + FFTW)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import TESTS, mpi, run
+from redist.cabi import _testing as cabi_testing
+
+pytestmark = pytest.mark.mpi
+
+EXAMPLES = TESTS.parent / "examples"
+FFTW_F03 = Path("/usr/include/fftw3.f03")  # Debian's libfftw3-dev
+
+
+def example(nprocs, script, *args, timeout=120):
+    res = mpi(nprocs, sys.executable, EXAMPLES / script, *args, timeout=timeout)
+    assert res.returncode == 0, f"mpiexec -n {nprocs} {script} {' '.join(map(str, args))} (rc={res.returncode}):\n" \
+                                f"{res.stdout[-4000:]}"
+    return res.stdout
+
+
+@pytest.mark.parametrize("script", ["fft3d.py", "taylor_green.py"])
+def test_help(script):
+    res = run([sys.executable, EXAMPLES / script, "--help"])
+    assert res.returncode == 0 and "usage:" in res.stdout and "--gpu" in res.stdout, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("nprocs, args", [
+    (1, ["--shape", "9", "8", "7"]),
+    (2, ["--shape", "17", "12", "10", "--fields", "2"]),                  # slabs (2 x 1), uneven
+    (3, ["--shape", "10", "7", "5", "--grid", "1", "3"]),                 # pencils along one axis only
+    (4, ["--shape", "13", "10", "6", "--grid", "2", "2", "--fields", "3"]),
+    (4, ["--shape", "6", "5", "4", "--grid", "2", "2", "--natural"]),      # C-order results, strided lines
+    (4, ["--shape", "3", "2", "2", "--grid", "4", "1"]),                  # empty boxes
+], ids=["P1", "P2-slabs-2fields", "P3-1x3", "P4-2x2-3fields", "P4-natural", "P4-empty-boxes"])
+def test_fft3d_matches_numpy(nprocs, args):
+    out = example(nprocs, "fft3d.py", *args, "--iters", "1")
+    m = re.search(r"max relative error (\S+) \((OK|FAILED)", out)
+    assert m and m.group(2) == "OK" and float(m.group(1)) <= 1e-12, out
+
+
+def _taylor_green(nprocs, *grid):
+    out = example(nprocs, "taylor_green.py", "--n", "16", "--steps", "10", "--nu", "0.002",
+                  *(["--grid", *grid] if grid else []))
+    rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", out, re.MULTILINE)
+    assert len(rows) == 11, out
+    return [tuple(float(v) for v in row) for row in rows]
+
+
+def _load_series():
+    spec = importlib.util.spec_from_file_location("taylor_green_series", EXAMPLES / "taylor_green.py")
+    sys.path.insert(0, str(EXAMPLES))  # taylor_green imports fft3d from its folder
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    return module.series
+
+
+def test_taylor_green_ranks_agree_and_follow_the_series():
+    """P = 2 (slabs) and P = 4 (2 x 2 pencils) print P = 1's energy and dissipation to round-off; the
+    nonlinear parts (E - e^(-6 nu t)/8 against -(5/192) nu t^3, eps - nu (3/4) e^(-6 nu t) against
+    nu (5/64) t^2) agree with Taylor & Green's series to 1 % by t = 0.1."""
+    one = _taylor_green(1)
+    for nprocs, grid in ((2, ()), (4, ("2", "2"))):
+        other = _taylor_green(nprocs, *grid)
+        worst = max(abs(a[i] - b[i]) / abs(a[i]) for a, b in zip(one, other) for i in (2, 3))
+        assert worst < 1e-12, (nprocs, worst)
+    series, nu = _load_series(), 0.002
+    for step, t, energy, dissipation in one[5:]:
+        decay = math.exp(-6 * nu * t)
+        e_nl, eps_nl = energy - decay / 8, dissipation - nu * 0.75 * decay
+        s_e, s_eps = series(t, nu)
+        assert abs(e_nl / (s_e - decay / 8) - 1) < 0.01, (t, e_nl, s_e - decay / 8)
+        assert abs(eps_nl / (s_eps - nu * 0.75 * decay) - 1) < 0.01, (t, eps_nl, s_eps - nu * 0.75 * decay)
+
+
+@pytest.fixture(scope="module")
+def fft_roundtrip(tmp_path_factory):
+    fc = cabi_testing.find_fortran_compiler()
+    if fc is None or shutil.which(fc) is None or cabi_testing.c_compiler() is None:
+        pytest.skip("no Fortran or C compiler (apt-get install gfortran)")
+    if not FFTW_F03.exists():
+        pytest.skip(f"{FFTW_F03} not found (apt-get install libfftw3-dev)")
+    built = cabi_testing.build_once(tmp_path_factory.getbasetemp() / "cabi")
+    exe = tmp_path_factory.mktemp("spectral") / "fft_roundtrip"
+    res = subprocess.run([fc, "-std=f2008", "-Wall", "-Werror", "-O2", f"-I{FFTW_F03.parent}",
+                          str(EXAMPLES / "fft_roundtrip.f90"), *built.fflags, *built.flibs, "-lfftw3", "-o", str(exe)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return exe
+
+
+@pytest.mark.fortran
+@pytest.mark.parametrize("nprocs, args", [(1, []), (2, []), (4, ["13", "6", "5"]), (3, ["7", "2", "4", "1", "3", "3"])],
+                         ids=["P1", "P2", "P4-2x2-uneven", "P3-empty-boxes"])
+def test_fortran_fft_roundtrip(fft_roundtrip, nprocs, args):
+    res = mpi(nprocs, fft_roundtrip, *args)
+    ranks = {int(r) for r in re.findall(r"rank (\d+)/\d+: OK \(Fortran \+ FFTW\)", res.stdout)}
+    assert res.returncode == 0 and ranks == set(range(nprocs)), res.stdout[-4000:]
+
+
+@pytest.mark.fortran
+def test_fortran_help(fft_roundtrip):
+    res = run([fft_roundtrip, "--help"])
+    assert res.returncode == 0 and "usage:" in res.stdout, res.stdout + res.stderr
