@@ -8,8 +8,8 @@
 
 A global real array of shape (N0, N1, N2) lives on a P0 x P1 process grid in three pencil
 orientations. Each 1-D transform runs on the orientation where its axis is whole, and each
-redist exchange between two orientations writes its result with ``result_layout`` putting the next
-transform's axis last in memory, so every FFT is a batch of contiguous lines:
+redist exchange between two orientations can write its result with ``result_layout`` putting the
+next transform's axis last in memory, so that every FFT is a batch of contiguous lines:
 
     orientation   split over P0, P1   whole   memory order (slow -> fast)   transform
     physical      axis 0, axis 1      axis 2  (0, 1, 2)                      rfft along axis 2
@@ -20,6 +20,12 @@ physical -> middle exchanges data inside each row of the grid, middle -> spectra
 column. A grid (P, 1) gives slabs: physical -> middle then moves nothing between ranks and the host
 skips it (the axis-1 transform runs on the strided axis instead, as it does for every orientation
 change that moves nothing); on GPUs every exchange runs, since cuFFT lines here are contiguous.
+
+``layout``: "contiguous" (the table above), "natural" (every result in C order: the host FFTs
+then run on strided lines) or "auto" (default): contiguous on GPUs, where cuFFT wants it and a
+permuted result costs about what a plain one does, natural on the host, where numpy.fft and FFTW
+run strided lines about as fast as contiguous ones but the transposing copy of a permuted result
+costs several times the exchange (perf/RESULTS.md, "Spectral examples").
 
 ``PencilFFT`` is planned once (four ``redist.Redistribute`` objects with fixed operands and
 persistent results) and reused every step: ``forward(u)`` is numpy.fft.rfftn of the global array
@@ -42,7 +48,7 @@ import redist
 from mpi4py import MPI
 from redist import BlockNonCyclic, ProcessGrid, Redistribute
 
-__all__ = ["PencilFFT", "HostLines", "CuFFTLines", "default_grid", "gather"]
+__all__ = ["PencilFFT", "HostLines", "FFTWLines", "CuFFTLines", "default_grid", "gather"]
 
 # per orientation: the process grid of its boxes (P0, P1 placed on the split axes), the axis whose
 # lines it transforms, and its memory order when results make that axis contiguous
@@ -60,8 +66,16 @@ def default_grid(nranks: int) -> tuple[int, int]:
 
 
 def empty_in_order(xp, shape, dtype, order):
-    """An uninitialised array of ``shape`` (global axis order) whose memory runs in ``order``."""
-    mem = xp.empty(tuple(shape[a] for a in order), dtype=dtype)
+    """An uninitialised array of ``shape`` (global axis order) whose memory runs in ``order`` (on the
+    host 64-byte aligned, as SIMD FFT codelets like; numpy aligns large arrays to 16 bytes only)."""
+    mem_shape, dtype = tuple(shape[a] for a in order), np.dtype(dtype)
+    if xp is np:
+        nbytes = math.prod(mem_shape) * dtype.itemsize
+        raw = np.empty(nbytes + 64, dtype=np.uint8)
+        off = -raw.ctypes.data % 64
+        mem = raw[off:off + nbytes].view(dtype).reshape(mem_shape)
+    else:
+        mem = xp.empty(mem_shape, dtype=dtype)
     return mem.transpose(np.argsort(order))
 
 
@@ -82,6 +96,62 @@ class HostLines:
             np.fft.irfft(src, n=n, axis=axis, out=dst)
         else:
             getattr(np.fft, kind)(src, axis=axis, out=dst)
+
+
+class FFTWLines:
+    """FFTW on the host through pyFFTW (optional: ``pip install pyfftw``), what mpi4py-fft uses too.
+
+    One FFTW_MEASURE plan per call site (kind, shapes, strides, alignment, in place or not), made at
+    its first call on scratch arrays of the same layout (measuring overwrites its arrays), then
+    re-pointed at the caller's arrays each call (``update_arrays``: no copy). Inverses are
+    unnormalised (PencilFFT.backward scales once at the end). Arrays that are not dense in some
+    axis order go through numpy.fft instead."""
+
+    xp = np
+    strided = True
+    normalises = False
+
+    def __init__(self):
+        import pyfftw
+
+        self._pyfftw, self._plans, self._numpy = pyfftw, {}, HostLines()
+
+    @staticmethod
+    def _twin(a):
+        """A scratch array with a's shape, strides and address modulo 64; None if a is not dense."""
+        order = memory_order(a)
+        mem_shape = tuple(a.shape[i] for i in order)
+        dense = np.empty(mem_shape, dtype=a.dtype).transpose(np.argsort(order))
+        if dense.strides != a.strides:
+            return None
+        raw = np.empty(a.nbytes + 64, dtype=np.uint8)
+        off = (a.ctypes.data - raw.ctypes.data) % 64
+        return raw[off:off + a.nbytes].view(a.dtype).reshape(mem_shape).transpose(np.argsort(order))
+
+    def __call__(self, kind: str, src, dst, axis: int, n: int) -> None:
+        if src.size == 0:
+            return
+        same = src.ctypes.data == dst.ctypes.data
+        key = (kind, n, axis, src.shape, src.strides, dst.shape, dst.strides, src.dtype.str, dst.dtype.str,
+               src.ctypes.data % 64, dst.ctypes.data % 64, same)
+        plan = self._plans.get(key)
+        if plan is None:
+            a = self._twin(src)
+            b = a if same else self._twin(dst)
+            if a is None or b is None:
+                plan = self._plans[key] = False
+            else:
+                flags = ("FFTW_MEASURE", "FFTW_DESTROY_INPUT") if kind == "irfft" else ("FFTW_MEASURE",)
+                direction = "FFTW_BACKWARD" if kind in ("ifft", "irfft") else "FFTW_FORWARD"
+                plan = self._plans[key] = self._pyfftw.FFTW(a, b, axes=(axis,), direction=direction, flags=flags,
+                                                            threads=1)
+        if plan is False:
+            self._numpy(kind, src, dst, axis, n)
+            if kind in ("ifft", "irfft"):  # numpy divided by n: undo, PencilFFT scales once for all
+                np.multiply(dst, n, out=dst)
+            return
+        plan.update_arrays(src, dst)
+        plan.execute()
 
 
 class CuFFTLines:
@@ -126,14 +196,14 @@ class PencilFFT:
     """A planned distributed 3-D real-to-complex FFT of ``nfields`` arrays at once.
 
     Collective: every rank constructs it with the same arguments. ``grid=(P0, P1)`` with
-    P0 * P1 = the number of ranks (default :func:`default_grid`); ``contiguous=False`` keeps every
-    exchange's result in C order (the host then transforms strided lines: to measure what the
-    transposing result costs). ``stream``: the CUDA stream the GPU work goes on (cupy stream or
-    None for cupy's current one).
+    P0 * P1 = the number of ranks (default :func:`default_grid`); ``layout``: "contiguous",
+    "natural" or "auto" (see the module docstring). ``stream``: the CUDA stream the GPU work goes on (cupy stream or
+    None for cupy's current one). ``host_fft``: "numpy" (numpy.fft, no extra dependency) or
+    "fftw" (FFTW through pyFFTW, :class:`FFTWLines`).
     """
 
     def __init__(self, global_shape, grid=None, *, nfields: int = 1, dtype=np.float64, gpu: bool = False,
-                 contiguous: bool = True, stream=None):
+                 layout: str = "auto", stream=None, host_fft: str = "numpy"):
         ctx = redist.get_context()
         self.rank, self.nranks = ctx.process_group.rank, ctx.process_group.nranks
         self.shape = tuple(int(n) for n in global_shape)
@@ -143,13 +213,19 @@ class PencilFFT:
         if len(self.grid) != 2 or self.grid[0] * self.grid[1] != self.nranks:
             raise ValueError(f"grid {self.grid} does not have {self.nranks} ranks (P0 * P1)")
         self.nfields = int(nfields)
-        self.lines = CuFFTLines() if gpu else HostLines()
+        if host_fft not in ("numpy", "fftw"):
+            raise ValueError(f"host_fft must be 'numpy' or 'fftw', got {host_fft!r}")
+        self.lines = CuFFTLines() if gpu else (FFTWLines() if host_fft == "fftw" else HostLines())
         xp = self.xp = self.lines.xp
         self.real_dtype = np.dtype(dtype)
         self.complex_dtype = np.result_type(self.real_dtype, np.complex64)
         self.stream = stream
         self.spectral_shape = self.shape[:2] + (self.shape[2] // 2 + 1,)
-        self.contiguous = contiguous
+        if layout not in ("auto", "contiguous", "natural"):
+            raise ValueError(f"layout must be 'auto', 'contiguous' or 'natural', got {layout!r}")
+        self.contiguous = layout == "contiguous" or (layout == "auto" and gpu)
+        if gpu and not self.contiguous:
+            raise ValueError("cuFFT lines here must be contiguous: layout='natural' is host-only")
         self._dists = {name: BlockNonCyclic(ProcessGrid(g(*self.grid))) for name, (g, _, _) in ORIENTATIONS.items()}
 
         self.physical_box = self.box("physical", self.shape)
@@ -199,13 +275,14 @@ class PencilFFT:
         layout = "contiguous transform axes" if self.contiguous else "C-order results"
         return (f"global {self.shape} {self.real_dtype}, grid {self.grid[0]}x{self.grid[1]}, {self.nfields} field(s), "
                 f"exchanges: {', '.join(runs) or 'none'} (and back), {layout}, "
-                f"{'cuFFT' if isinstance(self.lines, CuFFTLines) else 'numpy.fft'}")
+                f"{type(self.lines).__name__}")
 
     # --- arrays ------------------------------------------------------------------------------
 
     def physical_empty(self):
         """A tuple of ``nfields`` uninitialised real arrays of this rank's physical box."""
-        return tuple(self.xp.empty(self.physical_box.shape(), dtype=self.real_dtype) for _ in range(self.nfields))
+        return tuple(empty_in_order(self.xp, self.physical_box.shape(), self.real_dtype, (0, 1, 2))
+                     for _ in range(self.nfields))
 
     def spectral_empty(self):
         """A tuple of ``nfields`` uninitialised complex arrays of this rank's spectral box, laid out
@@ -318,7 +395,11 @@ def main(argv=None) -> int:
     ap.add_argument("--fields", type=int, default=1, help="fields transformed together (default 1)")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--iters", type=int, default=10, help="timed forward+backward pairs (default 10)")
-    ap.add_argument("--natural", action="store_true", help="C-order exchange results (no result_layout)")
+    ap.add_argument("--layout", choices=["auto", "contiguous", "natural"], default="auto",
+                    help="exchange results: contiguous transform axes (result_layout) or C order; auto "
+                         "(default): contiguous on GPUs, natural on the host")
+    ap.add_argument("--fft", choices=["numpy", "fftw"], default="numpy",
+                    help="host lines: numpy.fft (default) or FFTW through pyFFTW (pip install pyfftw)")
     ap.add_argument("--gpu", action="store_true", help="cupy arrays and cuFFT, one GPU per rank")
     ap.add_argument("--no-check", action="store_true", help="skip the check against numpy.fft.rfftn")
     ap.add_argument("--seed", type=int, default=0)
@@ -336,7 +417,7 @@ def main(argv=None) -> int:
         stream = cupy.cuda.Stream(non_blocking=True)
         stream.use()
     fft = PencilFFT(shape, args.grid, nfields=args.fields, dtype=args.dtype, gpu=args.gpu,
-                    contiguous=not args.natural, stream=stream)
+                    layout=args.layout, stream=stream, host_fft=args.fft)
     if comm.rank == 0:
         print(f"fft3d: {comm.size} rank(s), {fft.describe()}")
     status = 0

@@ -66,9 +66,9 @@ class TaylorGreen:
     """The solver state on this rank: spectral velocity, work arrays, wavenumbers (collective set-up)."""
 
     def __init__(self, n: int, *, nu: float, dt: float, grid=None, gpu: bool = False, stream=None,
-                 contiguous: bool = True):
+                 layout: str = "auto"):
         self.n, self.nu, self.dt = n, nu, dt
-        fft = self.fft = PencilFFT((n, n, n), grid, nfields=3, gpu=gpu, stream=stream, contiguous=contiguous)
+        fft = self.fft = PencilFFT((n, n, n), grid, nfields=3, gpu=gpu, stream=stream, layout=layout)
         xp = self.xp = fft.xp
         self.comm = redist.get_context().process_group.mpi_comm
         lo, hi = fft.spectral_box.lower, fft.spectral_box.upper
@@ -182,7 +182,8 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", type=int, nargs=2, metavar=("P0", "P1"), help="process grid (default: MPI.Compute_dims)")
     ap.add_argument("--gpu", action="store_true", help="cupy on one GPU per rank, the RK4 step in one CUDA graph")
     ap.add_argument("--eager", action="store_true", help="with --gpu: launch the step's calls without the graph")
-    ap.add_argument("--natural", action="store_true", help="C-order exchange results (no result_layout)")
+    ap.add_argument("--layout", choices=["auto", "contiguous", "natural"], default="auto",
+                    help="exchange results (examples/fft3d.py): auto (default), contiguous or natural")
     args = ap.parse_args(argv)
 
     redist.initialize(device_id=None if args.gpu else "cpu")
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
         stream = cupy.cuda.Stream(non_blocking=True)
         stream.use()  # cupy's calls and redist's executes go on it (and are captured from it)
     tg = TaylorGreen(args.n, nu=args.nu, dt=args.dt, grid=args.grid, gpu=args.gpu, stream=stream,
-                     contiguous=not args.natural)
+                     layout=args.layout)
     sync = stream.synchronize if stream is not None else (lambda: None)
     mode = "host" if not args.gpu else ("GPU, eager" if args.eager else "GPU, one CUDA graph per RK4 step")
     if comm.rank == 0:

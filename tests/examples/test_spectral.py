@@ -41,9 +41,9 @@ def test_help(script):
     (2, ["--shape", "17", "12", "10", "--fields", "2"]),                  # slabs (2 x 1), uneven
     (3, ["--shape", "10", "7", "5", "--grid", "1", "3"]),                 # pencils along one axis only
     (4, ["--shape", "13", "10", "6", "--grid", "2", "2", "--fields", "3"]),
-    (4, ["--shape", "6", "5", "4", "--grid", "2", "2", "--natural"]),      # C-order results, strided lines
+    (4, ["--shape", "6", "5", "4", "--grid", "2", "2", "--layout", "contiguous"]),  # permuted results
     (4, ["--shape", "3", "2", "2", "--grid", "4", "1"]),                  # empty boxes
-], ids=["P1", "P2-slabs-2fields", "P3-1x3", "P4-2x2-3fields", "P4-natural", "P4-empty-boxes"])
+], ids=["P1", "P2-slabs-2fields", "P3-1x3", "P4-2x2-3fields", "P4-contiguous", "P4-empty-boxes"])
 def test_fft3d_matches_numpy(nprocs, args):
     out = example(nprocs, "fft3d.py", *args, "--iters", "1")
     m = re.search(r"max relative error (\S+) \((OK|FAILED)", out)
