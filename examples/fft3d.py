@@ -48,7 +48,7 @@ import redist
 from mpi4py import MPI
 from redist import BlockNonCyclic, ProcessGrid, Redistribute
 
-__all__ = ["PencilFFT", "HostLines", "FFTWLines", "CuFFTLines", "default_grid", "gather"]
+__all__ = ["CuFFTLines", "FFTWLines", "HostLines", "PencilFFT", "default_grid", "gather"]
 
 # per orientation: the process grid of its boxes (P0, P1 placed on the split axes), the axis whose
 # lines it transforms, and its memory order when results make that axis contiguous
@@ -76,7 +76,12 @@ def empty_in_order(xp, shape, dtype, order):
         mem = raw[off:off + nbytes].view(dtype).reshape(mem_shape)
     else:
         mem = xp.empty(mem_shape, dtype=dtype)
-    return mem.transpose(np.argsort(order))
+    return mem.transpose(inverse(order))
+
+
+def inverse(order) -> tuple[int, ...]:
+    """The permutation undoing ``order`` (as plain ints: cupy's transpose wants them)."""
+    return tuple(int(i) for i in np.argsort(order))
 
 
 def memory_order(a) -> tuple[int, ...]:
@@ -121,12 +126,12 @@ class FFTWLines:
         """A scratch array with a's shape, strides and address modulo 64; None if a is not dense."""
         order = memory_order(a)
         mem_shape = tuple(a.shape[i] for i in order)
-        dense = np.empty(mem_shape, dtype=a.dtype).transpose(np.argsort(order))
+        dense = np.empty(mem_shape, dtype=a.dtype).transpose(inverse(order))
         if dense.strides != a.strides:
             return None
         raw = np.empty(a.nbytes + 64, dtype=np.uint8)
         off = (a.ctypes.data - raw.ctypes.data) % 64
-        return raw[off:off + a.nbytes].view(a.dtype).reshape(mem_shape).transpose(np.argsort(order))
+        return raw[off:off + a.nbytes].view(a.dtype).reshape(mem_shape).transpose(inverse(order))
 
     def __call__(self, kind: str, src, dst, axis: int, n: int) -> None:
         if src.size == 0:
@@ -197,9 +202,10 @@ class PencilFFT:
 
     Collective: every rank constructs it with the same arguments. ``grid=(P0, P1)`` with
     P0 * P1 = the number of ranks (default :func:`default_grid`); ``layout``: "contiguous",
-    "natural" or "auto" (see the module docstring). ``stream``: the CUDA stream the GPU work goes on (cupy stream or
-    None for cupy's current one). ``host_fft``: "numpy" (numpy.fft, no extra dependency) or
-    "fftw" (FFTW through pyFFTW, :class:`FFTWLines`).
+    "natural" or "auto" (see the module docstring). ``stream``: the CUDA stream the GPU work goes
+    on (a cupy stream, or None for cupy's current one). ``host_fft``: "numpy" (numpy.fft, no extra
+    dependency) or "fftw" (FFTW through pyFFTW, :class:`FFTWLines`). ``forward`` and ``backward``
+    take and return tuples of ``nfields`` arrays (one array is accepted when ``nfields`` is 1).
     """
 
     def __init__(self, global_shape, grid=None, *, nfields: int = 1, dtype=np.float64, gpu: bool = False,
@@ -231,7 +237,7 @@ class PencilFFT:
         self.physical_box = self.box("physical", self.shape)
         self.spectral_box = self.box("spectral", self.spectral_shape)
         self._exchanges: list[Redistribute] = []
-        zeros = lambda shape, order: self._fill(empty_in_order(xp, shape, self.complex_dtype, order))  # noqa: E731
+        zeros = lambda shape, order: self._fill(empty_in_order(xp, shape, self.complex_dtype, order))
 
         # forward: rfft along 2 into _a, then physical -> middle, fft along 1, middle -> spectral, fft along 0
         self._a = tuple(zeros(self.box("physical", self.spectral_shape).shape(), (0, 1, 2)) for _ in range(self.nfields))
@@ -303,7 +309,7 @@ class PencilFFT:
 
     def forward(self, u, out=None):
         """Collective: rfftn of the distributed real field(s) ``u`` (physical boxes) into ``out``
-        (spectral boxes; default new arrays, :meth:`spectral_empty`). Returns ``out``."""
+        (spectral boxes; default new arrays, :meth:`spectral_empty`). Returns ``out`` (a tuple)."""
         u = self._fields(u, "forward")
         out = self.spectral_empty() if out is None else self._fields(out, "forward(out=)")
         n0, n1, n2 = self.shape
@@ -320,7 +326,7 @@ class PencilFFT:
 
     def backward(self, u_hat, out=None):
         """Collective: irfftn of the distributed spectral field(s) ``u_hat`` (not modified) into
-        ``out`` (physical boxes; default new arrays). Returns ``out``."""
+        ``out`` (physical boxes; default new arrays). Returns ``out`` (a tuple)."""
         u_hat = self._fields(u_hat, "backward")
         out = self.physical_empty() if out is None else self._fields(out, "backward(out=)")
         n0, n1, n2 = self.shape
@@ -414,6 +420,7 @@ def main(argv=None) -> int:
     if args.gpu:
         import cupy
 
+        cupy.cuda.Device(redist.get_context().device_id).use()  # the GPU redist picked for this rank
         stream = cupy.cuda.Stream(non_blocking=True)
         stream.use()
     fft = PencilFFT(shape, args.grid, nfields=args.fields, dtype=args.dtype, gpu=args.gpu,

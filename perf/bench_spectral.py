@@ -60,7 +60,7 @@ class Mpi4pyFFT:
     def __init__(self, comm, n, grid, *, slab_collapse=False):
         from mpi4py_fft import PFFT, newDistArray
 
-        kw = dict(grid=(-1,), collapse=True) if slab_collapse else dict(grid=grid)
+        kw = {"grid": (-1,), "collapse": True} if slab_collapse else {"grid": grid}
         self.fft = PFFT(comm, (n, n, n), axes=(0, 1, 2), dtype=np.float64, **kw)
         self.u = newDistArray(self.fft, False)
         self.u_hat = newDistArray(self.fft, True)
@@ -149,13 +149,13 @@ def main():
         if bad:
             raise SystemExit(f"results differ at N={n}: {bad}")
 
-        def pair(fft):
+        def pair(fft, u=u, u_hat=u_hat, back=back):
             return lambda: (fft.forward(u, out=u_hat), fft.backward(u_hat, out=back))
 
         def exchanges(fft):
             return lambda: [r.execute() for r in fft._exchanges]
 
-        def lines_only(fft):
+        def lines_only(fft, u=u, u_hat=u_hat, back=back):
             def run():
                 keep, fft._exchange = fft._exchange, lambda r: None
                 try:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TESTS, mpi, run
+from helpers import TESTS, gpu_ranks, mpi, run
 from redist.cabi import _testing as cabi_testing
 
 pytestmark = pytest.mark.mpi
@@ -45,14 +45,18 @@ def test_help(script):
     (4, ["--shape", "3", "2", "2", "--grid", "4", "1"]),                  # empty boxes
 ], ids=["P1", "P2-slabs-2fields", "P3-1x3", "P4-2x2-3fields", "P4-contiguous", "P4-empty-boxes"])
 def test_fft3d_matches_numpy(nprocs, args):
+    _fft3d(nprocs, *args)
+
+
+def _fft3d(nprocs, *args):
+    """fft3d.py's forward and backward against numpy.fft.rfftn / irfftn of the gathered array."""
     out = example(nprocs, "fft3d.py", *args, "--iters", "1")
     m = re.search(r"max relative error (\S+) \((OK|FAILED)", out)
     assert m and m.group(2) == "OK" and float(m.group(1)) <= 1e-12, out
 
 
-def _taylor_green(nprocs, *grid):
-    out = example(nprocs, "taylor_green.py", "--n", "16", "--steps", "10", "--nu", "0.002",
-                  *(["--grid", *grid] if grid else []))
+def _taylor_green(nprocs, *args):
+    out = example(nprocs, "taylor_green.py", "--n", "16", "--steps", "10", "--nu", "0.002", *args)
     rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", out, re.MULTILINE)
     assert len(rows) == 11, out
     return [tuple(float(v) for v in row) for row in rows]
@@ -74,8 +78,8 @@ def test_taylor_green_ranks_agree_and_follow_the_series():
     nonlinear parts (E - e^(-6 nu t)/8 against -(5/192) nu t^3, eps - nu (3/4) e^(-6 nu t) against
     nu (5/64) t^2) agree with Taylor & Green's series to 1 % by t = 0.1."""
     one = _taylor_green(1)
-    for nprocs, grid in ((2, ()), (4, ("2", "2"))):
-        other = _taylor_green(nprocs, *grid)
+    for nprocs, args in ((2, ()), (4, ("--grid", "2", "2"))):
+        other = _taylor_green(nprocs, *args)
         worst = max(abs(a[i] - b[i]) / abs(a[i]) for a, b in zip(one, other) for i in (2, 3))
         assert worst < 1e-12, (nprocs, worst)
     series, nu = _load_series(), 0.002
@@ -85,6 +89,26 @@ def test_taylor_green_ranks_agree_and_follow_the_series():
         s_e, s_eps = series(t, nu)
         assert abs(e_nl / (s_e - decay / 8) - 1) < 0.01, (t, e_nl, s_e - decay / 8)
         assert abs(eps_nl / (s_eps - nu * 0.75 * decay) - 1) < 0.01, (t, eps_nl, s_eps - nu * 0.75 * decay)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nprocs", gpu_ranks(1, 2))
+def test_fft3d_gpu_matches_numpy(nprocs):
+    """cupy + cuFFT lines, every exchange on the CUDA backend with permuted results."""
+    _fft3d(nprocs, "--gpu", "--shape", "17", "12", "10", "--fields", "2")
+    _fft3d(nprocs, "--gpu", "--shape", "9", "8", "6", "--grid", "1", str(nprocs))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nprocs", gpu_ranks(1, 2))
+@pytest.mark.parametrize("mode", [[], ["--eager"]], ids=["one-graph-per-step", "eager"])
+def test_taylor_green_gpu_equals_host(nprocs, mode):
+    """The whole RK4 step captured once into a CUDA graph and replayed (or launched eagerly) gives the
+    host run's energy and dissipation to round-off at every step."""
+    host = _taylor_green(1)
+    gpu = _taylor_green(nprocs, "--gpu", *mode)
+    worst = max(abs(a[i] - b[i]) / abs(a[i]) for a, b in zip(host, gpu) for i in (2, 3))
+    assert worst < 1e-12, worst
 
 
 @pytest.fixture(scope="module")
