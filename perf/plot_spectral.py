@@ -74,7 +74,7 @@ def timing(paths, out):
                 ax.plot(ns, [r["medians_ms"][name] for r in rows], style, label=name)
         p, grid = rows[0]["nranks"], rows[0]["grid"]
         ax.set(xscale="log", yscale="log", xlabel="N (float64 N^3)", ylabel="forward + backward, ms",
-               title=f"P = {p}, grid {grid[0]}x{grid[1]} (2-core container)")
+               title=f"P = {p}, grid {grid[0]}x{grid[1]} (2-core container, under load)")
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.grid(alpha=0.3, which="both")
