@@ -22,10 +22,11 @@ skips it (the axis-1 transform runs on the strided axis instead, as it does for 
 change that moves nothing); on GPUs every exchange runs, since cuFFT lines here are contiguous.
 
 ``layout``: "contiguous" (the table above), "natural" (every result in C order: the host FFTs
-then run on strided lines) or "auto" (default): contiguous on GPUs, where cuFFT wants it and a
-permuted result costs about what a plain one does, natural on the host, where numpy.fft and FFTW
-run strided lines about as fast as contiguous ones but the transposing copy of a permuted result
-costs several times the exchange (perf/RESULTS.md, "Spectral examples").
+then run on strided lines), "planes" (C order but spectral results in order (1, 0, 2): axis 2 stays
+contiguous, the axis-0 lines run across small planes) or "auto" (default): contiguous on GPUs,
+where cuFFT wants it and a permuted result costs about what a plain one does, natural on the host,
+where numpy.fft and FFTW run strided lines about as fast as contiguous ones but the transposing
+copy of a permuted result costs several times the exchange (perf/RESULTS.md, "Spectral examples").
 
 ``PencilFFT`` is planned once (four ``redist.Redistribute`` objects with fixed operands and
 persistent results) and reused every step: ``forward(u)`` is numpy.fft.rfftn of the global array
@@ -50,13 +51,21 @@ from redist import BlockNonCyclic, ProcessGrid, Redistribute
 
 __all__ = ["CuFFTLines", "FFTWLines", "HostLines", "PencilFFT", "default_grid", "gather"]
 
-# per orientation: the process grid of its boxes (P0, P1 placed on the split axes), the axis whose
-# lines it transforms, and its memory order when results make that axis contiguous
+# per orientation: the process grid of its boxes (P0, P1 placed on the split axes)
 ORIENTATIONS = {
-    "physical": (lambda p0, p1: (p0, p1, 1), 2, (0, 1, 2)),
-    "middle": (lambda p0, p1: (p0, 1, p1), 1, (0, 2, 1)),
-    "spectral": (lambda p0, p1: (1, p0, p1), 0, (1, 2, 0)),
+    "physical": lambda p0, p1: (p0, p1, 1),
+    "middle": lambda p0, p1: (p0, 1, p1),
+    "spectral": lambda p0, p1: (1, p0, p1),
 }
+# per layout: the memory order (slowest axis first) of each orientation's exchange results
+LAYOUTS = {
+    "contiguous": {"physical": (0, 1, 2), "middle": (0, 2, 1), "spectral": (1, 2, 0)},  # transform axis last
+    "natural": {"physical": (0, 1, 2), "middle": (0, 1, 2), "spectral": (0, 1, 2)},  # C order
+    "planes": {"physical": (0, 1, 2), "middle": (0, 1, 2), "spectral": (1, 0, 2)},  # axis 2 last, transform next
+}
+
+
+AUTO_HOST_LAYOUT = "natural"  # layout="auto" on the host (perf/RESULTS.md, "Spectral examples")
 
 
 def default_grid(nranks: int) -> tuple[int, int]:
@@ -227,12 +236,12 @@ class PencilFFT:
         self.complex_dtype = np.result_type(self.real_dtype, np.complex64)
         self.stream = stream
         self.spectral_shape = self.shape[:2] + (self.shape[2] // 2 + 1,)
-        if layout not in ("auto", "contiguous", "natural"):
-            raise ValueError(f"layout must be 'auto', 'contiguous' or 'natural', got {layout!r}")
-        self.contiguous = layout == "contiguous" or (layout == "auto" and gpu)
-        if gpu and not self.contiguous:
-            raise ValueError("cuFFT lines here must be contiguous: layout='natural' is host-only")
-        self._dists = {name: BlockNonCyclic(ProcessGrid(g(*self.grid))) for name, (g, _, _) in ORIENTATIONS.items()}
+        if layout != "auto" and layout not in LAYOUTS:
+            raise ValueError(f"layout must be 'auto' or one of {sorted(LAYOUTS)}, got {layout!r}")
+        self.layout = ("contiguous" if gpu else AUTO_HOST_LAYOUT) if layout == "auto" else layout
+        if gpu and self.layout != "contiguous":
+            raise ValueError(f"cuFFT lines here must be contiguous: layout={layout!r} is host-only")
+        self._dists = {name: BlockNonCyclic(ProcessGrid(g(*self.grid))) for name, g in ORIENTATIONS.items()}
 
         self.physical_box = self.box("physical", self.shape)
         self.spectral_box = self.box("spectral", self.spectral_shape)
@@ -267,8 +276,8 @@ class PencilFFT:
                    == self._dists[dst].box(r, self.spectral_shape, nranks=self.nranks) for r in range(self.nranks))
         if same and self.lines.strided:
             return None, operands
-        layout = ORIENTATIONS[dst][2] if self.contiguous else "C"
-        r = Redistribute(tuple(operands), self._dists[src], self._dists[dst], options={"result_layout": layout})
+        r = Redistribute(tuple(operands), self._dists[src], self._dists[dst],
+                         options={"result_layout": LAYOUTS[self.layout][dst]})
         r.plan(stream=self.stream)
         results = tuple(r.execute(stream=self.stream))  # persistent: the same arrays every execute
         self._exchanges.append(r)
@@ -278,9 +287,8 @@ class PencilFFT:
         """One line: grid, orientations and which exchanges run."""
         names = ["physical->middle", "middle->spectral"]
         runs = [n for n, r in zip(names, (self._fwd_mid, self._fwd_spec)) if r is not None]
-        layout = "contiguous transform axes" if self.contiguous else "C-order results"
         return (f"global {self.shape} {self.real_dtype}, grid {self.grid[0]}x{self.grid[1]}, {self.nfields} field(s), "
-                f"exchanges: {', '.join(runs) or 'none'} (and back), {layout}, "
+                f"exchanges: {', '.join(runs) or 'none'} (and back), layout {self.layout}, "
                 f"{type(self.lines).__name__}")
 
     # --- arrays ------------------------------------------------------------------------------
@@ -401,7 +409,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fields", type=int, default=1, help="fields transformed together (default 1)")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--iters", type=int, default=10, help="timed forward+backward pairs (default 10)")
-    ap.add_argument("--layout", choices=["auto", "contiguous", "natural"], default="auto",
+    ap.add_argument("--layout", choices=["auto", *LAYOUTS], default="auto",
                     help="exchange results: contiguous transform axes (result_layout) or C order; auto "
                          "(default): contiguous on GPUs, natural on the host")
     ap.add_argument("--fft", choices=["numpy", "fftw"], default="numpy",

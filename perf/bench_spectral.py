@@ -115,7 +115,9 @@ def main():
         mine = {"redist fft3d, numpy.fft, contiguous": ours,
                 "redist fft3d, numpy.fft, natural": PencilFFT((n, n, n), grid, layout="natural"),
                 "redist fft3d, FFTW, contiguous": PencilFFT((n, n, n), grid, layout="contiguous", host_fft="fftw"),
-                "redist fft3d, FFTW, natural": PencilFFT((n, n, n), grid, layout="natural", host_fft="fftw")}
+                "redist fft3d, FFTW, natural": PencilFFT((n, n, n), grid, layout="natural", host_fft="fftw"),
+                "redist fft3d, numpy.fft, planes": PencilFFT((n, n, n), grid, layout="planes"),
+                "redist fft3d, FFTW, planes": PencilFFT((n, n, n), grid, layout="planes", host_fft="fftw")}
         u = ours.physical_empty()[0]
         u[...] = glob[box_slices(ours.physical_box)]
         u_hat, back = ours.spectral_empty()[0], ours.physical_empty()[0]

@@ -39,11 +39,11 @@ def test_help(script):
 @pytest.mark.parametrize("nprocs, args", [
     (1, ["--shape", "9", "8", "7"]),
     (2, ["--shape", "17", "12", "10", "--fields", "2"]),                  # slabs (2 x 1), uneven
-    (3, ["--shape", "10", "7", "5", "--grid", "1", "3"]),                 # pencils along one axis only
+    (3, ["--shape", "10", "7", "5", "--grid", "1", "3", "--layout", "planes"]),  # pencils along one axis
     (4, ["--shape", "13", "10", "6", "--grid", "2", "2", "--fields", "3"]),
     (4, ["--shape", "6", "5", "4", "--grid", "2", "2", "--layout", "contiguous"]),  # permuted results
     (4, ["--shape", "3", "2", "2", "--grid", "4", "1"]),                  # empty boxes
-], ids=["P1", "P2-slabs-2fields", "P3-1x3", "P4-2x2-3fields", "P4-contiguous", "P4-empty-boxes"])
+], ids=["P1", "P2-slabs-2fields", "P3-1x3-planes", "P4-2x2-3fields", "P4-contiguous", "P4-empty-boxes"])
 def test_fft3d_matches_numpy(nprocs, args):
     _fft3d(nprocs, *args)
 
