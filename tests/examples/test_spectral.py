@@ -110,11 +110,11 @@ def _load_series():
 
 
 def test_taylor_green_ranks_agree_and_follow_the_series():
-    """P = 2 (slabs) and P = 4 (2 x 2 pencils) print P = 1's energy and dissipation to round-off; the
+    """P = 2 (slabs), 3 (1 x 3) and 4 (2 x 2 pencils) print P = 1's energy and dissipation to round-off; the
     nonlinear parts (E - e^(-6 nu t)/8 against -(5/192) nu t^3, eps - nu (3/4) e^(-6 nu t) against
     nu (5/64) t^2) agree with Taylor & Green's series to 1 % by t = 0.1."""
     one = _taylor_green(1)
-    for nprocs, args in ((2, ()), (4, ("--grid", "2", "2"))):
+    for nprocs, args in ((2, ()), (3, ("--grid", "1", "3")), (4, ("--grid", "2", "2"))):
         other = _taylor_green(nprocs, *args)
         worst = max(abs(a[i] - b[i]) / abs(a[i]) for a, b in zip(one, other) for i in (2, 3))
         assert worst < 1e-12, (nprocs, worst)
