@@ -2,12 +2,13 @@
 """Plots for the spectral examples (perf/RESULTS.md, "Spectral examples").
 
     python perf/plot_spectral.py energy perf/data/taylor_green_n32.txt [more runs...] -o perf/taylor_green_energy.png
-    python perf/plot_spectral.py timing perf/data/bench_spectral_p2.json perf/data/bench_spectral_p4.json \
-        -o perf/spectral_time_per_step.png
+    python perf/plot_spectral.py timing perf/data/bench_spectral_p2_quiet.json perf/data/bench_spectral_p4_quiet.json \
+        perf/data/taylor_green_time_per_step.txt -o perf/spectral_time_per_step.png
 
 energy: E(t) and eps(t) from the printed output of examples/taylor_green.py (one curve per file),
 with Taylor & Green's early-time series. timing: forward + backward ms against N from
-perf/bench_spectral.py's JSON (one panel per file), redist fft3d variants and mpi4py-fft's PFFT.
+perf/bench_spectral.py's JSON (one panel per file), redist fft3d variants and mpi4py-fft's PFFT;
+a .txt input is a list of taylor_green.py step times ("P=2 N=32: time per step: median ... ms").
 """
 
 from __future__ import annotations
@@ -63,9 +64,28 @@ STYLE = {"redist fft3d, FFTW, natural": "-o", "redist fft3d, numpy.fft, natural"
          "mpi4py-fft PFFT": "--^", "mpi4py-fft PFFT, slab collapse": "--v"}
 
 
+def steps_panel(ax, path):
+    """Taylor-Green time per RK4 step against N, one curve per P (lines 'P=2 N=32: ... median X ms')."""
+    with open(path) as f:
+        rows = re.findall(r"P=(\d+) N=(\d+): time per step: median (\S+) ms", f.read())
+    for p in sorted({int(r[0]) for r in rows}):
+        pts = [(int(n), float(ms)) for q, n, ms in rows if int(q) == p]
+        ax.plot([n for n, _ in pts], [ms for _, ms in pts], "-o", label=f"P = {p}")
+    ns = sorted({int(r[1]) for r in rows})
+    ax.set(xscale="log", yscale="log", xlabel="N (N^3 grid)", ylabel="ms per RK4 step",
+           title="taylor_green.py, numpy.fft, host (2-core container)")
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+
+
 def timing(paths, out):
     fig, axes = plt.subplots(1, len(paths), figsize=(5.5 * len(paths), 4.2), squeeze=False)
     for ax, path in zip(axes[0], paths):
+        if path.endswith(".txt"):
+            steps_panel(ax, path)
+            continue
         with open(path) as f:
             rows = json.load(f)
         ns = [r["n"] for r in rows]
@@ -74,7 +94,7 @@ def timing(paths, out):
                 ax.plot(ns, [r["medians_ms"][name] for r in rows], style, label=name)
         p, grid = rows[0]["nranks"], rows[0]["grid"]
         ax.set(xscale="log", yscale="log", xlabel="N (float64 N^3)", ylabel="forward + backward, ms",
-               title=f"P = {p}, grid {grid[0]}x{grid[1]} (2-core container, under load)")
+               title=f"P = {p}, grid {grid[0]}x{grid[1]} (2-core container)")
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.grid(alpha=0.3, which="both")
