@@ -83,7 +83,7 @@ class TaylorGreen:
         to = lambda a: xp.asarray(np.ascontiguousarray(a))
         self.k = (to(kx), to(ky), to(kz))
         self.ik = tuple(to(1j * a) for a in (kx, ky, kz))
-        self.k2, self.inv_k2 = to(k2), to(1.0 / np.where(k2 == 0, 1.0, k2))
+        self.inv_k2 = to(1.0 / np.where(k2 == 0, 1.0, k2))
         self.dealias = to(dealias.astype(float))
         self.nu_k2 = to(nu * k2)
         self.weight, self.weight_k2 = to(weight), to(weight * k2)  # Parseval weights (diagnostics)
