@@ -231,17 +231,17 @@ class PencilFFT:
         self.nfields = int(nfields)
         if host_fft not in ("numpy", "fftw"):
             raise ValueError(f"host_fft must be 'numpy' or 'fftw', got {host_fft!r}")
+        if layout != "auto" and layout not in LAYOUTS:
+            raise ValueError(f"layout must be 'auto' or one of {sorted(LAYOUTS)}, got {layout!r}")
+        self.layout = ("contiguous" if gpu else AUTO_HOST_LAYOUT) if layout == "auto" else layout
+        if gpu and self.layout != "contiguous":
+            raise ValueError(f"cuFFT lines here must be contiguous: layout={layout!r} is host-only")
         self.lines = CuFFTLines() if gpu else (FFTWLines() if host_fft == "fftw" else HostLines())
         xp = self.xp = self.lines.xp
         self.real_dtype = np.dtype(dtype)
         self.complex_dtype = np.result_type(self.real_dtype, np.complex64)
         self.stream = stream
         self.spectral_shape = self.shape[:2] + (self.shape[2] // 2 + 1,)
-        if layout != "auto" and layout not in LAYOUTS:
-            raise ValueError(f"layout must be 'auto' or one of {sorted(LAYOUTS)}, got {layout!r}")
-        self.layout = ("contiguous" if gpu else AUTO_HOST_LAYOUT) if layout == "auto" else layout
-        if gpu and self.layout != "contiguous":
-            raise ValueError(f"cuFFT lines here must be contiguous: layout={layout!r} is host-only")
         self._dists = {name: BlockNonCyclic(ProcessGrid(g(*self.grid))) for name, g in ORIENTATIONS.items()}
 
         self.physical_box = self.box("physical", self.shape)
