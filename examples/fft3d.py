@@ -47,7 +47,7 @@ import time
 import numpy as np
 import redist
 from mpi4py import MPI
-from redist import BlockNonCyclic, ProcessGrid, Redistribute
+from redist import BlockNonCyclic, DistributedContext, ProcessGrid, Redistribute
 
 __all__ = ["CuFFTLines", "FFTWLines", "HostLines", "PencilFFT", "default_grid", "gather"]
 
@@ -67,6 +67,14 @@ LAYOUTS = {
         "spectral": (1, 0, 2),
     },  # axis 2 last, transform next
 }
+
+
+def context() -> DistributedContext:
+    """redist's runtime context: the communicator and the device (after redist.initialize())."""
+    ctx = redist.get_context()
+    if ctx is None:
+        raise RuntimeError("call redist.initialize() first")
+    return ctx
 
 
 AUTO_HOST_LAYOUT = "natural"  # layout="auto" on the host (perf/RESULTS.md, "Spectral examples")
@@ -130,7 +138,7 @@ class FFTWLines:
     normalises = False
 
     def __init__(self):
-        import pyfftw
+        import pyfftw  # pyright: ignore[reportMissingImports]
 
         self._pyfftw, self._plans, self._numpy = pyfftw, {}, HostLines()
 
@@ -199,8 +207,8 @@ class CuFFTLines:
     normalises = False
 
     def __init__(self):
-        import cupy
-        from cupy.cuda import cufft
+        import cupy  # pyright: ignore[reportMissingImports]
+        from cupy.cuda import cufft  # pyright: ignore[reportMissingImports]
 
         self.xp, self._cufft, self._plans = cupy, cufft, {}
 
@@ -252,7 +260,7 @@ class PencilFFT:
         stream=None,
         host_fft: str = "numpy",
     ):
-        ctx = redist.get_context()
+        ctx = context()
         self.rank, self.nranks = ctx.process_group.rank, ctx.process_group.nranks
         self.shape = tuple(int(n) for n in global_shape)
         if len(self.shape) != 3 or min(self.shape) < 1:
@@ -443,7 +451,7 @@ def check(fft: PencilFFT, comm, seed: int) -> float:
         host_back = back[f].get() if hasattr(back[f], "get") else back[f]
         spec = gather(comm, host_hat, fft.spectral_box, fft.spectral_shape)
         phys = gather(comm, host_back, fft.physical_box, fft.shape)
-        if comm.rank == 0:
+        if spec is not None and phys is not None:  # the root
             ref = np.fft.rfftn(glob[f])
             err = max(
                 err,
@@ -455,7 +463,7 @@ def check(fft: PencilFFT, comm, seed: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
+        description=(__doc__ or "").split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run under mpiexec: mpiexec -n P python examples/fft3d.py [options]",
     )
@@ -495,12 +503,12 @@ def main(argv=None) -> int:
         ap.error("--shape takes one or three extents")
 
     redist.initialize(device_id=None if args.gpu else "cpu")
-    comm = redist.get_context().process_group.mpi_comm
+    comm = context().process_group.mpi_comm
     stream = None
     if args.gpu:
-        import cupy
+        import cupy  # pyright: ignore[reportMissingImports]
 
-        cupy.cuda.Device(redist.get_context().device_id).use()  # the GPU redist picked for this rank
+        cupy.cuda.Device(context().device_id).use()  # the GPU redist picked for this rank
         stream = cupy.cuda.Stream(non_blocking=True)
         stream.use()
     fft = PencilFFT(

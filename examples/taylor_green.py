@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 import redist
-from fft3d import PencilFFT
+from fft3d import PencilFFT, context
 from mpi4py import MPI
 
 __all__ = ["TaylorGreen", "series"]
@@ -71,7 +71,7 @@ class TaylorGreen:
         self.n, self.nu, self.dt = n, nu, dt
         fft = self.fft = PencilFFT((n, n, n), grid, nfields=3, gpu=gpu, stream=stream, layout=layout)
         xp = self.xp = fft.xp
-        self.comm = redist.get_context().process_group.mpi_comm
+        self.comm = context().process_group.mpi_comm
         lo, hi = fft.spectral_box.lower, fft.spectral_box.upper
         k = np.fft.fftfreq(n, 1.0 / n)
         kz = np.arange(n // 2 + 1, dtype=float)
@@ -192,7 +192,7 @@ class TaylorGreen:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
+        description=(__doc__ or "").split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run under mpiexec: mpiexec -n P python examples/taylor_green.py [options]",
     )
@@ -219,12 +219,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     redist.initialize(device_id=None if args.gpu else "cpu")
-    comm = redist.get_context().process_group.mpi_comm
+    comm = context().process_group.mpi_comm
     stream = None
     if args.gpu:
-        import cupy
+        import cupy  # pyright: ignore[reportMissingImports]
 
-        cupy.cuda.Device(redist.get_context().device_id).use()  # the GPU redist picked for this rank
+        cupy.cuda.Device(context().device_id).use()  # the GPU redist picked for this rank
         stream = cupy.cuda.Stream(non_blocking=True)
         stream.use()  # cupy's calls and redist's executes go on it (and are captured from it)
     tg = TaylorGreen(
@@ -258,6 +258,7 @@ def main(argv=None) -> int:
         elif args.gpu and not args.eager and s > 0:
             # step 1 ran eagerly: cuFFT plans, cupy kernels and redist's exchanges now exist. Capture the
             # next step (nothing runs while capturing), then launch the graph for it and every later one.
+            assert stream is not None
             stream.begin_capture()
             tg.step()
             graph = stream.end_capture()

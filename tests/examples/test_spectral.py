@@ -110,6 +110,7 @@ def _taylor_green(nprocs, *args):
 
 def _load_series():
     spec = importlib.util.spec_from_file_location("taylor_green_series", EXAMPLES / "taylor_green.py")
+    assert spec is not None and spec.loader is not None
     sys.path.insert(0, str(EXAMPLES))  # taylor_green imports fft3d from its folder
     try:
         module = importlib.util.module_from_spec(spec)
