@@ -171,13 +171,21 @@ def check_boxes(specs: Sequence[RankSpec], *, allow_overlap: bool = False) -> tu
             return inv, (
                 f"The global number of elements is incompatible with the inferred global shape {geo.box_shape(gin)}: "
                 f"the input boxes hold {total} elements in all, their bounding box {geo.format_box(gin)} "
-                f"has {want}; {geo.cover_problem(in_boxes, gin)}"
+                f"has {want}; {_tile_problem(in_boxes, gin)}"
             )
         for which, boxes in (("input", in_boxes), ("output", out_boxes)):
-            msg = geo.cover_problem(boxes, gin)
+            msg = _tile_problem(boxes, gin)
             if msg:
                 return inv, f"the {which} boxes do not tile the global array exactly: {msg}"
     return _layout_problem(specs)
+
+
+def _tile_problem(boxes: Sequence[BoxT], glob: BoxT) -> str | None:
+    """:func:`geo.cover_problem`, naming the option that accepts boxes that overlap on purpose."""
+    msg = geo.cover_problem(boxes, glob)
+    if msg and geo.find_overlap(boxes) is not None:
+        msg += "; boxes that overlap on purpose (halos, replicated inputs, allgather) need allow_overlap=True"
+    return msg
 
 
 def _overlap_problem(in_boxes: Sequence[BoxT], out_boxes: Sequence[BoxT]) -> tuple[type[BaseException], str] | None:
