@@ -592,11 +592,68 @@ def alltoallw_negative_strides_last(env):
 
 @case(OK)
 def every_host_method_works(env):
-    from redist.engine.host import available_methods
-
-    for m in ("auto", "push") + available_methods():
+    for m in host_methods():
         r, a, g = planned(env, options={"host_method": m})
         right(env, r.execute(), g, m)
+        r.free()
+
+
+def host_methods():
+    from redist.engine.host import available_methods
+
+    return ("auto", "push") + available_methods()
+
+
+def _refused(env, call, cls, text, what):
+    """``call()`` raises ``cls`` mentioning ``text`` (the last rank at fault), on this rank."""
+    try:
+        call()
+        env.check(False, f"{what}: nothing raised")
+    except cls as e:
+        env.check(f"rank {env.last}" in str(e) and text in str(e), f"{what}: {e}")
+
+
+@case(OK)
+def failed_calls_change_no_byte(env):
+    """A call that raises (the last rank's out= is read-only; the last rank's operand is
+    released) changes no byte of any rank's out= or engine-owned result, with every host
+    method; the operand was rebound to new data first, so any write would show."""
+    for m in host_methods():
+        r, a, g = planned(env, options={"host_method": m})
+        res = r.execute()
+        kept = res.copy()
+        r.reset_operand(a * 2)
+        out = np.full(res.shape, 7.0)
+        if env.is_last():
+            out.setflags(write=False)
+        _refused(env, lambda: r.execute(out=out), errors.InvalidValueError, "read-only", f"{m}, read-only out=")
+        env.check((out == 7.0).all(), f"{m}: a refused call wrote into out=")
+        env.check(same_bits(res, kept), f"{m}: a refused call wrote into the result")
+        if env.is_last():
+            r.release_operand()
+        _refused(env, r.execute, errors.InvalidStateError, "released", f"{m}, released operand")
+        env.check(same_bits(res, kept), f"{m}: a refused execute() wrote into the result")
+        if env.is_last():
+            r.reset_operand_unchecked(a * 2)
+        right(env, r.execute() / 2, g, f"{m}, after the refused calls")
+        r.free()
+
+
+@case(OK)
+def out_never_touches_the_result(env):
+    """``b = r.execute(); r.reset_operand(a2); r.execute(out=X)`` leaves b as it was (every host
+    method; out= on every rank, then on rank 0 only); the next plain execute() updates b."""
+    for m in host_methods():
+        r, a, g = planned(env, options={"host_method": m})
+        b = r.execute()
+        kept = b.copy()
+        for k, who in ((2, range(env.P)), (4, (0,))):  # powers of two: exact
+            r.reset_operand(a * k)
+            x = np.full(b.shape, -1.0)
+            got = r.execute(out=x if env.rank in who else None)
+            right(env, got / k, g, f"{m}: out= on ranks {list(who)}")
+            env.check(same_bits(b, kept) if env.rank in who else got is b, f"{m}: execute(out=) changed the result")
+        right(env, r.execute() / 4, g, f"{m}: the result after")
         r.free()
 
 
