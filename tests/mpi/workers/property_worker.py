@@ -141,7 +141,7 @@ def run_example(report: Report, ex) -> None:
             snap = [(x, x.copy()) for x in res + tuple(xs)]
             if me:
                 o = ops2[0]
-                axes = [ax for ax, n in enumerate(o.shape) if n > 1]
+                axes = [ax for ax, n in enumerate(o.shape) if n > 1 and o.size]  # (an empty box has no strides)
                 if name == "reset strides" and axes:  # reversed along an axis that has strides
                     bad = np.flip(o, axes[0])
                 else:
