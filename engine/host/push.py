@@ -72,6 +72,7 @@ __all__ = ["PushExecutable"]
 #: status codes (engine/host/status.py): WELL plus these bits
 _OUT, _STALE = 1, 2
 _CODES = WELL + _OUT + _STALE + 1
+_WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank that binds an out=
 _names = itertools.count()
 
 
@@ -241,8 +242,7 @@ class PushExecutable:
                 heard = st.heard()
                 if FAILED in heard:
                     st.raise_peers(code)
-                messages = out or (max(heard, default=WELL) > WELL and any((c - WELL) & _OUT for c in heard))
-                if messages:
+                if out or _WITH_OUT[0] in heard or _WITH_OUT[1] in heard:
                     rebuild = stale or any((c - WELL) & _STALE for c in heard)
                     MPI.Request.Waitall(st.sends[code])
                     self._send_messages(rebuild)
