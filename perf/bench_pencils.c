@@ -26,15 +26,15 @@
 
 #include "redist.h"
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        redist_status_t st_ = (call);                                                              \
-        if (st_ != REDIST_SUCCESS) {                                                               \
-            fprintf(stderr, "%s failed: %s\n  %s\n", #call, redist_get_error_string(st_),         \
-                    redist_get_last_error());                                                      \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
+/* a redist call that must succeed: else print why and end the job */
+static void need(redist_status_t st, const char *call)
+{
+    if (st == REDIST_SUCCESS)
+        return;
+    fprintf(stderr, "%s: %s\n  %s\n", call, redist_get_error_string(st), redist_get_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+#define NEED(call) need((call), #call)
 
 static const char *NAMES[4] = {"x2y", "y2z", "z2y", "y2x"};
 static int64_t n;
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     if (prow * pcol != nranks)
         MPI_Abort(MPI_COMM_WORLD, 2);
-    CHECK(redist_initialize(MPI_Comm_c2f(MPI_COMM_WORLD), REDIST_DEVICE_NONE));
+    NEED(redist_initialize(MPI_Comm_c2f(MPI_COMM_WORLD), REDIST_DEVICE_NONE));
     int row = rank / pcol, col = rank % pcol;
     int64_t lo[3][3], hi[3][3];
     for (int p = 0; p < 3; p++)
@@ -162,9 +162,9 @@ int main(int argc, char **argv)
         fill(arr[0], cplx, lo[0], hi[0]);
         redist_t h[4];
         for (int k = 0; k < 4; k++) {
-            CHECK(redist_create(&h[k], 3, lo[from[k]], hi[from[k]], NULL, lo[to[k]], hi[to[k]], isz, REDIST_ORDER_F,
+            NEED(redist_create(&h[k], 3, lo[from[k]], hi[from[k]], NULL, lo[to[k]], hi[to[k]], isz, REDIST_ORDER_F,
                                 REDIST_MEMORY_HOST, arr[from[k]]));
-            CHECK(redist_plan(h[k], NULL));
+            NEED(redist_plan(h[k], NULL));
         }
         double med[2][4], mn[2][4];
         for (int owned = 0; owned < 2; owned++) {
@@ -175,7 +175,7 @@ int main(int argc, char **argv)
                     void *res;
                     MPI_Barrier(MPI_COMM_WORLD);
                     double t0 = MPI_Wtime();
-                    CHECK(redist_execute(h[k], NULL, owned ? NULL : arr[to[k]], &res));
+                    NEED(redist_execute(h[k], NULL, owned ? NULL : arr[to[k]], &res));
                     double dt = MPI_Wtime() - t0;
                     MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
                     if (it >= 0)
@@ -208,12 +208,12 @@ int main(int argc, char **argv)
                 printf(" %s %.4f | %.2f |\n", lib, pm, med[0][k] / pm);
         }
         for (int k = 0; k < 4; k++)
-            CHECK(redist_free(h[k]));
+            NEED(redist_free(h[k]));
         for (int p = 0; p < 3; p++)
             free(arr[p]);
     }
     free(t);
-    CHECK(redist_finalize());
+    NEED(redist_finalize());
     MPI_Finalize();
     return 0;
 }
