@@ -19,14 +19,20 @@ One execute, on every rank (:class:`.status.StatusRound`):
    *arrival*, copy the local part, wait for the arrivals of every source: the result is
    complete. MPI's messages order the stores: a sender stores, then sends; the receiver reads
    after the receive (the release/acquire of MPI's own shared-memory queues);
-3. some rank has an ``out=``: a peer cannot store into private memory, so this call moves its
-   data as MPI messages straight into every ``out=`` (and into the results of the ranks that
-   have none) -- the message methods' exchange, run by an inner
-   :class:`~.executable.HostExecutable` (``hybrid``) over the same buffers; the local part is
-   copied straight into ``out=``. Each element moves once, and ``execute(out=...)`` never
-   touches the engine-owned result. A rank whose inner executable must first be built for its
-   binding says so in its status; then the ranks agree once more (a build can fail) before
-   any data moves.
+3. some rank has an ``out=``: a peer cannot store into private memory, and the engine-owned
+   result must stay as it was (``execute(out=...)`` never touches it), so
+
+   * small exchanges (every rank's receive staging at most :data:`LANDING_MAX` bytes): the
+     peers store into a *landing* area behind the results in its segment (the plan's receive
+     staging, a slot per source) instead, and the rank copies its slots into ``out=`` after
+     the arrivals; its local part goes straight into ``out=``. Two copies of the remote part,
+     but no rendezvous: cheaper than any message while latency dominates;
+   * larger ones: the call moves its data as MPI messages straight into every ``out=`` (and
+     into the results of the ranks that have none) -- the message methods' exchange, run by an
+     inner :class:`~.executable.HostExecutable` (``hybrid``) over the same buffers; the local
+     part is copied straight into ``out=``. Each element moves once. A rank whose inner
+     executable must first be built for its binding says so in its status; then the ranks
+     agree once more (a build can fail) before any data moves.
 
 Jobs of more than :data:`~.executable.COMPLETE_MAX` ranks replace the status messages by one
 small Allreduce (the same agreement, the same credit).
@@ -73,6 +79,9 @@ __all__ = ["PushExecutable"]
 _OUT, _STALE = 1, 2
 _CODES = WELL + _OUT + _STALE + 1
 _WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank that binds an out=
+#: calls with an out= land in shared memory (two copies) when every rank receives at most this many
+#: bytes, else go as messages (one copy by MPI): see perf/RESULTS.md, "out= on push"
+LANDING_MAX = 1 << 20
 _names = itertools.count()
 
 
@@ -96,7 +105,8 @@ class PushExecutable:
 
         self._MPI = MPI
         self.plan = plan
-        self._fields = fields = (plan if isinstance(plan, FusedPlan) else fuse([plan])).fields
+        self._fused = fused = plan if isinstance(plan, FusedPlan) else fuse([plan])
+        self._fields = fields = fused.fields
         self.nfields: int = len(fields)
         plan = fields[0]
         self.comm = ctx.comm
@@ -109,7 +119,12 @@ class PushExecutable:
         # every field's result in the segment, each at its own offset (a rank's offsets follow its
         # output box, which every rank knows)
         self._offsets = {r: _field_offsets(fields, r) for r in range(P)}
-        self._segment, peers = _share(self.comm, max(self._offsets[me][-1], 1), sorted({t.dst for t in plan.sends}))
+        # calls with an out= land behind the results (the plan's receive staging), small exchanges only:
+        # decided from data every rank has (the largest receive staging of any rank)
+        self._landing = 0 < fused.max_recv_staging_bytes <= LANDING_MAX and 1 < P <= COMPLETE_MAX
+        self._land_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
+        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 0)
+        self._segment, peers = _share(self.comm, max(size, 1), sorted({t.dst for t in plan.sends}))
         self._base = np.frombuffer(self._segment, np.uint8)
         self._peer_ptr = {dst: np.frombuffer(m, np.uint8).ctypes.data for dst, m in peers.items()}
         self._peer_segments = peers
@@ -122,6 +137,8 @@ class PushExecutable:
         self._check = None if self._complete else collective.CallCheck(self.comm)
         z = self._zero = np.zeros(1, np.uint8)
         zero = [z, 0, MPI.BYTE]
+        others = [r for r in range(P) if r != me]
+        self._send_codes = [others.index(t.dst) for t in plan.sends]  # where each destination's status is heard
         self._arrival_recvs = [self.comm.Recv_init(zero, t.src, self._arrival_tag) for t in plan.recvs]
         self._arrival_sends = [self.comm.Send_init(zero, t.dst, self._arrival_tag) for t in plan.sends]
         arrivals = self._arrival_recvs + self._arrival_sends
@@ -134,6 +151,8 @@ class PushExecutable:
         self._pairs = None
         self._outs: list[Buffer | None] = [None] * self.nfields  # per field: the out= bound (None: the result)
         self._has_out = False
+        self._landed: OrderedDict = OrderedDict()  # (operands, outs) -> (local, unpack) pairs into out= (landing)
+        self._land_pairs = None
         self._inner: HostExecutable | None = None  # the messages of calls with an out= (made at the first)
         self._freed = False
 
@@ -150,7 +169,7 @@ class PushExecutable:
         if ptr != self._in_ptrs[field] or not self._bound:
             self._in_ptrs[field] = ptr
             self._bound = True
-            self._pairs = None
+            self._pairs = self._land_pairs = None
         if self._inner is not None:
             self._inner.rebind_input(ptr, owner, field)
 
@@ -162,8 +181,12 @@ class PushExecutable:
         result = self.results[field]
         if buf is not None and buf.ptr == result.ptr and buf.strides == result.strides:
             buf = None  # the result itself
+        if _where(buf) != _where(self._outs[field]):
+            self._land_pairs = None
         self._outs[field] = buf
         self._has_out = any(b is not None for b in self._outs)
+        if self._landing:
+            return
         if buf is not None and self._inner is None:
             self._inner = self._make_inner()
         if self._inner is not None:
@@ -191,26 +214,72 @@ class PushExecutable:
         self._in_ptrs = [0] * self.nfields
         self._bound = False
         self._copies.clear()
-        self._pairs = None
+        self._landed.clear()
+        self._pairs = self._land_pairs = None
         if self._inner is not None:
             self._inner.release_input()
 
     def _views(self):
-        """(local pairs, peer pairs) for the bound operand addresses, cached per addresses."""
+        """(local pairs, peer pairs, {destinations' out= bits: peer pairs}) for the bound operand
+        addresses, cached per addresses. Peer pairs store into the destinations' results; with
+        landing, a destination whose bit is set gets its slots in its landing area instead."""
         key = tuple(self._in_ptrs)
         hit = self._copies.get(key)
         if hit is None:
-            local, peers = [], []
+            local, peers, fused = [], [], self._fused
+            by_dst = [([], []) for _ in self._fields[0].sends]  # per send: (into the result, into the landing)
             for f, (p, ptr, result) in enumerate(zip(self._fields, key, self.results)):
                 src, isz = HostBuffer(ptr, p.itemsize), p.itemsize
                 if p.local:
                     local += [copy_views(piece.direct, src, HostBuffer(result.ptr, isz)) for piece in p.local.pieces]
-                peers += [copy_views(piece.direct, src, HostBuffer(self._peer_ptr[t.dst] + self._offsets[t.dst][f], isz))
-                          for t in p.sends for piece in t.pieces]
-            hit = self._copies[key] = (local, peers)
+                for i, t in enumerate(p.sends):
+                    peer = self._peer_ptr[t.dst]
+                    into = by_dst[i][0]
+                    into += [copy_views(piece.direct, src, HostBuffer(peer + self._offsets[t.dst][f], isz))
+                             for piece in t.pieces]
+                    peers += into[len(into) - len(t.pieces):]
+                    if self._landing:
+                        slot = HostBuffer(peer + self._land_off[t.dst] + fused.remote_offsets[i] + fused.send_parts[i][f],
+                                          isz)
+                        by_dst[i][1].extend(copy_views(piece.pack, src, slot) for piece in t.pieces)
+            hit = self._copies[key] = (local, peers, by_dst, {})
             while len(self._copies) > CACHE_SIZE:
                 self._copies.popitem(last=False)
         self._copies.move_to_end(key)
+        return hit
+
+    def _stores(self, heard: list[int]) -> list:
+        """The peer pairs of a landing call: into each destination's landing if it binds an out=."""
+        _, _, by_dst, modes = self._pairs
+        bits = tuple(heard[k] in _WITH_OUT for k in self._send_codes)
+        pairs = modes.get(bits)
+        if pairs is None:
+            pairs = modes[bits] = [pair for (result, landing), b in zip(by_dst, bits) for pair in (landing if b else
+                                                                                                   result)]
+        return pairs
+
+    def _landed_pairs(self):
+        """(local pairs into the targets, unpack pairs from the landing into the targets) for this
+        rank's binding: every field's out=, or its result where it has none. Cached per binding."""
+        key = (tuple(self._in_ptrs), tuple(_where(b) for b in self._outs))
+        hit = self._landed.get(key)
+        if hit is None:
+            fused = self._fused
+            land = self._base.ctypes.data + self._land_off[self._fields[0].rank]
+            local, unpack = [], []
+            for f, (p, ptr, result, out) in enumerate(zip(self._fields, key[0], self.results, self._outs)):
+                target = result if out is None else out
+                q = p if out is None else p.retarget(out.strides)
+                dst, isz = HostBuffer(target.ptr, p.itemsize), p.itemsize
+                if q.local:
+                    local += [copy_views(piece.direct, HostBuffer(ptr, isz), dst) for piece in q.local.pieces]
+                for i, t in enumerate(q.recvs):
+                    slot = HostBuffer(land + fused.recv_offsets[i] + fused.recv_parts[i][f], isz)
+                    unpack += [copy_views(piece.unpack, slot, dst) for piece in t.pieces]
+            hit = self._landed[key] = (local, unpack)
+            while len(self._landed) > CACHE_SIZE:
+                self._landed.popitem(last=False)
+        self._landed.move_to_end(key)
         return hit
 
     # -- the hot path -----------------------------------------------------------------------
@@ -227,9 +296,11 @@ class PushExecutable:
         out = self._has_out
         inner = self._inner
         stale = inner is None or not inner.ready
-        if problem is None and self._pairs is None:
+        if problem is None and (self._pairs is None or out and self._landing and self._land_pairs is None):
             try:
                 self._pairs = self._views()
+                if out and self._landing:
+                    self._land_pairs = self._landed_pairs()
             except Exception as e:  # noqa: BLE001 -- this rank's problem, agreed below
                 problem = collective.problem(e)
         try:
@@ -243,6 +314,9 @@ class PushExecutable:
                 if FAILED in heard:
                     st.raise_peers(code)
                 if out or _WITH_OUT[0] in heard or _WITH_OUT[1] in heard:
+                    if self._landing:
+                        self._land(code, out, heard)
+                        return
                     rebuild = stale or any((c - WELL) & _STALE for c in heard)
                     MPI.Request.Waitall(st.sends[code])
                     self._send_messages(rebuild)
@@ -260,7 +334,7 @@ class PushExecutable:
     def _store(self, code: int) -> None:
         """Every rank writes into results: store into the peers', arrive, copy the local part."""
         MPI, copyto = self._MPI, np.copyto
-        local, peers = self._pairs
+        local, peers, _, _ = self._pairs
         if self._arrival_recvs:
             MPI.Prequest.Startall(self._arrival_recvs)
         if peers:
@@ -270,6 +344,24 @@ class PushExecutable:
         for d, s in local:  # after the agreement (a failed call writes nothing), while the peers store
             copyto(d, s, casting="no")
         MPI.Request.Waitall(self._finish[code])
+
+    def _land(self, code: int, out: bool, heard: list[int]) -> None:
+        """Some rank writes into an out= (small exchange): store into the peers' results, or landings
+        where they bind an out=; arrive; the local part, then my slots, into my out=."""
+        MPI, copyto = self._MPI, np.copyto
+        local, unpack = self._land_pairs if out else (self._pairs[0], ())
+        if self._arrival_recvs:
+            MPI.Prequest.Startall(self._arrival_recvs)
+        peers = self._stores(heard)
+        if peers:
+            for d, s in peers:
+                copyto(d, s, casting="no")
+            MPI.Prequest.Startall(self._arrival_sends)
+        for d, s in local:
+            copyto(d, s, casting="no")
+        MPI.Request.Waitall(self._finish[code])
+        for d, s in unpack:
+            copyto(d, s, casting="no")
 
     def _send_messages(self, rebuild: bool) -> None:
         """Some rank writes into an out=: the inner message exchange (agreed already)."""
@@ -316,7 +408,8 @@ class PushExecutable:
         self._arrival_recvs = self._arrival_sends = []
         self._finish = []
         self._copies.clear()
-        self._pairs = None
+        self._landed.clear()
+        self._pairs = self._land_pairs = None
         self._outs = [None] * self.nfields
         self._in_owners = [None] * self.nfields
         self._peer_ptr, self._peer_segments = {}, {}
@@ -337,7 +430,7 @@ class PushExecutable:
         lines = [
             f"redist host executable rank {p.rank}/{p.nranks} method=push (one node: peers store into each "
             f"other's results in shared memory; agreement and credit: {agreement}; arrival messages; calls with "
-            "an out= send MPI messages straight into it)",
+            f"an out= {'land in shared memory, then copy' if self._landing else 'send MPI messages straight into it'})",
             f"  plan key={self.plan.key} itemsize={'/'.join(str(q.itemsize) for q in self._fields)} "
             f"out_order={p.out_order}{'' if self.nfields == 1 else f', {self.nfields} fields in one round'} "
             f"stores {sum(t.nbytes for q in self._fields for t in q.sends)} B into {len(p.sends)} peer(s), "
@@ -356,6 +449,11 @@ class PushExecutable:
     def __repr__(self) -> str:
         p = self._fields[0]
         return f"<PushExecutable rank={p.rank}/{p.nranks} fields={self.nfields}>"
+
+
+def _where(buf: Buffer | None) -> tuple | None:
+    """What of an out= the copies into it depend on (Buffers compare their owners too)."""
+    return None if buf is None else (buf.ptr, buf.strides)
 
 
 def _share(comm: MPI.Intracomm, nbytes: int, peers: Sequence[int]) -> tuple[mmap.mmap, dict[int, mmap.mmap]]:

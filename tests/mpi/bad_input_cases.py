@@ -10,6 +10,7 @@ tests/mpi/workers/bad_input_worker.py: a hang, a crash or a wrong result fails t
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -593,15 +594,36 @@ def alltoallw_negative_strides_last(env):
 @case(OK)
 def every_host_method_works(env):
     for m in host_methods():
-        r, a, g = planned(env, options={"host_method": m})
+        r, a, g = planned_with(env, m)
         right(env, r.execute(), g, m)
         r.free()
 
 
 def host_methods():
+    """Every host method; push twice: calls with an out= landing in shared memory (small
+    exchanges, like these) and as messages (``LANDING_MAX`` lowered to 0 while it is planned)."""
     from redist.engine.host import available_methods
 
-    return ("auto", "push") + available_methods()
+    return ("auto", "push", "push-messages") + available_methods()
+
+
+@contextlib.contextmanager
+def push_messages():
+    """Objects planned inside send the data of out= calls as messages (push's larger exchanges)."""
+    from redist.engine.host import push
+
+    landing = push.LANDING_MAX
+    push.LANDING_MAX = 0
+    try:
+        yield
+    finally:
+        push.LANDING_MAX = landing
+
+
+def planned_with(env, method, dtype=np.float64):
+    """``planned`` with host_method ``method`` (one of :func:`host_methods`)."""
+    with push_messages() if method == "push-messages" else contextlib.nullcontext():
+        return planned(env, dtype, options={"host_method": method.split("-")[0]})
 
 
 def _refused(env, call, cls, text, what):
@@ -619,7 +641,7 @@ def failed_calls_change_no_byte(env):
     released) changes no byte of any rank's out= or engine-owned result, with every host
     method; the operand was rebound to new data first, so any write would show."""
     for m in host_methods():
-        r, a, g = planned(env, options={"host_method": m})
+        r, a, g = planned_with(env, m)
         res = r.execute()
         kept = res.copy()
         r.reset_operand(a * 2)
@@ -644,7 +666,7 @@ def out_never_touches_the_result(env):
     """``b = r.execute(); r.reset_operand(a2); r.execute(out=X)`` leaves b as it was (every host
     method; out= on every rank, then on rank 0 only); the next plain execute() updates b."""
     for m in host_methods():
-        r, a, g = planned(env, options={"host_method": m})
+        r, a, g = planned_with(env, m)
         b = r.execute()
         kept = b.copy()
         for k, who in ((2, range(env.P)), (4, (0,))):  # powers of two: exact
@@ -1100,6 +1122,13 @@ def fields_every_kind_of_call(env):
     r.reset_operand(ops)
     right_fields(env, r.execute(), gs, "after release_operand")
     r.free()
+
+
+@case(OK)
+def fields_every_kind_of_call_push_messages(env):
+    """The same calls with push sending the data of out= calls as messages."""
+    with push_messages():
+        fields_every_kind_of_call(env)
 
 
 @case(OK)

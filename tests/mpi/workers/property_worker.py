@@ -34,11 +34,12 @@ from helpers import Report, global_values, random_boxes, same_bits, sl  # noqa: 
 
 import redist  # noqa: E402
 from redist import Box, Redistribute  # noqa: E402
-from redist.engine.host import available_methods  # noqa: E402
+from redist.engine.host import available_methods, push  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
 METHODS = ("auto", "push") + available_methods()
+LANDING_MAX = push.LANDING_MAX
 DTYPES = (np.float64, np.int32, np.complex64, np.dtype([("a", "<i2"), ("b", "<f8")]))
 #: (stage, name): where a corruption strikes. "construct": Redistribute(...) on the victim's
 #: arguments; "execute": the second execute; "reset": reset_operand before it
@@ -69,6 +70,8 @@ def problems(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     ins, outs = random_boxes(gshape, P, rng), random_boxes(gshape, P, rng)
     method = METHODS[rng.integers(len(METHODS))]
+    if method == "push" and rng.integers(2):
+        method = "push-messages"  # push sending the data of out= calls as messages (its larger exchanges)
     nfields = 1 if method == "alltoallw" else int(rng.integers(1, 3))
     dtypes = [DTYPES[rng.integers(len(DTYPES))] for _ in range(nfields)]
     use_out = bool(rng.integers(2))
@@ -108,7 +111,7 @@ def run_example(report: Report, ex) -> None:
     wants = [g[sl(outs[rank])] for g in gs]
     wants2 = [global_values(gshape, dt, salt=3 * f + 1)[sl(outs[rank])] for f, dt in enumerate(dtypes)]
     fields = len(dtypes) > 1
-    options = {"host_method": method}
+    options = {"host_method": method.split("-")[0]}
     in_box, out_box = Box(*ins[rank]), Box(*outs[rank])
     operand = list(ops)
     if me and stage == "construct":
@@ -119,7 +122,7 @@ def run_example(report: Report, ex) -> None:
         elif name.startswith("box"):
             in_box = corrupt_box(name, ins[rank], gshape)
         elif name == "options":
-            options = {"host_method": "pack" if method != "pack" else "hybrid"}
+            options = {"host_method": "pack" if not method.startswith("pack") else "hybrid"}
         elif name == "bad option":
             options = {"host_method": "pish"}
     frozen = [(o, o.copy()) for o in operand + ops2]
@@ -128,7 +131,11 @@ def run_example(report: Report, ex) -> None:
     snap = []
     try:
         r = Redistribute(tuple(operand) if fields else operand[0], in_box, out_box, options=options)
-        r.plan()
+        push.LANDING_MAX = 0 if method == "push-messages" else LANDING_MAX
+        try:
+            r.plan()
+        finally:
+            push.LANDING_MAX = LANDING_MAX
         res = r.execute()
         res = res if fields else (res,)
         for x, w in zip(res, wants):
