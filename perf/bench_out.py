@@ -11,6 +11,8 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
                  buffered time loop)
 * ``copy``    -- the floor of a local exchange: one numpy copy of this rank's output box
 
+``--methods`` takes host methods, and ``push-messages``: push with the data of out= calls sent as
+messages whatever the size (``LANDING_MAX`` 0 while it is planned; where landing stops paying).
 Every variant is checked against the expected result first. A repetition times every variant
 once, interleaved (calls per timing chosen so that one timing lasts >= 20 ms; barrier before,
 the slowest rank counts); the table gives the median over ``--reps`` repetitions in ms per call
@@ -29,6 +31,24 @@ from mpi4py import MPI
 
 import redist
 from redist import Redistribute, Slab
+
+try:
+    from redist.engine.host import push
+except ImportError:  # a checkout without it
+    push = None
+
+
+def plan_with(r, method: str) -> None:
+    """``r.plan()``; "push-messages": with push's landing of out= calls turned off."""
+    if push is None or not hasattr(push, "LANDING_MAX"):  # an older checkout: nothing to turn off
+        r.plan()
+        return
+    landing = push.LANDING_MAX
+    push.LANDING_MAX = 0 if method == "push-messages" else landing
+    try:
+        r.plan()
+    finally:
+        push.LANDING_MAX = landing
 
 
 def timed(fn, comm, calls: int) -> float:
@@ -61,8 +81,8 @@ def main() -> None:
         variants = {}
         objs = []
         for m in args.methods:
-            r = Redistribute(a, Slab.X, Slab.Y, options={"host_method": m})
-            r.plan()
+            r = Redistribute(a, Slab.X, Slab.Y, options={"host_method": m.split("-")[0]})
+            plan_with(r, m)
             objs.append(r)
             method = getattr(r._exe, "method", m)
             ok = np.array_equal(r.execute(), want) and np.array_equal(r.execute(out=outs[0]), want)
