@@ -295,12 +295,15 @@ class PushExecutable:
                 problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
         out = self._has_out
         inner = self._inner
-        stale = inner is None or not inner.ready
-        if problem is None and (self._pairs is None or out and self._landing and self._land_pairs is None):
+        stale = inner is None  # a rank without its messages builds them after the round: agreed again
+        if problem is None and (self._pairs is None or out and self._landing and self._land_pairs is None
+                                or inner is not None and not inner.ready):
             try:
                 self._pairs = self._views()
                 if out and self._landing:
                     self._land_pairs = self._landed_pairs()
+                if inner is not None:
+                    problem = inner.prepare()  # the messages this binding needs if this call sends any
             except Exception as e:  # noqa: BLE001 -- this rank's problem, agreed below
                 problem = collective.problem(e)
         try:
@@ -365,7 +368,7 @@ class PushExecutable:
 
     def _send_messages(self, rebuild: bool) -> None:
         """Some rank writes into an out=: the inner message exchange (agreed already)."""
-        if rebuild:  # some rank (re)builds its messages for its binding: that can fail, so agree once more
+        if rebuild:  # some rank builds its messages now (after the round): that can fail, so agree once more
             problem = None
             try:
                 if self._inner is None:
