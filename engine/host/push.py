@@ -312,19 +312,17 @@ class PushExecutable:
                 if problem is not None:
                     st.fail(problem)
                 code = WELL + out * _OUT + stale * _STALE
-                st.start(code)
-                heard = st.heard()
-                if FAILED in heard:
-                    st.raise_peers(code)
-                if out or _WITH_OUT[0] in heard or _WITH_OUT[1] in heard:
-                    if self._landing:
-                        self._land(code, out, heard)
+                MPI.Prequest.Startall(st.first[code])
+                MPI.Request.Waitall(st.recvs, st.statuses)
+                mine = st.base + code
+                for status in st.statuses:
+                    if status.Get_tag() != mine:  # someone said something else: read every status
+                        self._heard(code, out, stale, [s.Get_tag() - st.base for s in st.statuses])
                         return
-                    rebuild = stale or any((c - WELL) & _STALE for c in heard)
-                    MPI.Request.Waitall(st.sends[code])
-                    self._send_messages(rebuild)
-                else:
+                if not out:  # the time loop's call: every rank stores into results
                     self._store(code)
+                else:
+                    self._heard(code, out, stale, [code] * len(st.statuses))
             else:
                 messages = self._check.check(problem, flag=int(out))
                 if messages:
@@ -333,6 +331,19 @@ class PushExecutable:
                     self._store(0)
         except MPI.Exception as e:
             raise CommunicationError(f"redist host backend (push): MPI error in execute: {e}") from e
+
+    def _heard(self, code: int, out: bool, stale: bool, heard: list[int]) -> None:
+        """The rest of a call once every status is in (``heard``: the peers' codes)."""
+        st = self._status
+        if FAILED in heard:
+            st.raise_peers(code)
+        if not (out or _WITH_OUT[0] in heard or _WITH_OUT[1] in heard):
+            self._store(code)
+        elif self._landing:
+            self._land(code, out, heard)
+        else:
+            self._MPI.Request.Waitall(st.sends[code])
+            self._send_messages(stale or any((c - WELL) & _STALE for c in heard))
 
     def _store(self, code: int) -> None:
         """Every rank writes into results: store into the peers', arrive, copy the local part."""
