@@ -181,11 +181,10 @@ class PushExecutable:
         result = self.results[field]
         if buf is not None and buf.ptr == result.ptr and buf.strides == result.strides:
             buf = None  # the result itself
-        if _where(buf) != _where(self._outs[field]):
-            self._land_pairs = None
         self._outs[field] = buf
         self._has_out = any(b is not None for b in self._outs)
         if self._landing:
+            self._land_pairs = self._landed.get(self._land_key())  # None: built by the next execute
             return
         if buf is not None and self._inner is None:
             self._inner = self._make_inner()
@@ -258,10 +257,13 @@ class PushExecutable:
                                                                                                    result)]
         return pairs
 
+    def _land_key(self) -> tuple:
+        return tuple(self._in_ptrs), tuple(None if b is None else (b.ptr, b.strides) for b in self._outs)
+
     def _landed_pairs(self):
         """(local pairs into the targets, unpack pairs from the landing into the targets) for this
         rank's binding: every field's out=, or its result where it has none. Cached per binding."""
-        key = (tuple(self._in_ptrs), tuple(_where(b) for b in self._outs))
+        key = self._land_key()
         hit = self._landed.get(key)
         if hit is None:
             fused = self._fused
@@ -299,8 +301,9 @@ class PushExecutable:
         if problem is None and (self._pairs is None or out and self._landing and self._land_pairs is None
                                 or inner is not None and not inner.ready):
             try:
-                self._pairs = self._views()
-                if out and self._landing:
+                if self._pairs is None:
+                    self._pairs = self._views()
+                if out and self._landing and self._land_pairs is None:
                     self._land_pairs = self._landed_pairs()
                 if inner is not None:
                     problem = inner.prepare()  # the messages this binding needs if this call sends any
@@ -463,11 +466,6 @@ class PushExecutable:
     def __repr__(self) -> str:
         p = self._fields[0]
         return f"<PushExecutable rank={p.rank}/{p.nranks} fields={self.nfields}>"
-
-
-def _where(buf: Buffer | None) -> tuple | None:
-    """What of an out= the copies into it depend on (Buffers compare their owners too)."""
-    return None if buf is None else (buf.ptr, buf.strides)
 
 
 def _share(comm: MPI.Intracomm, nbytes: int, peers: Sequence[int]) -> tuple[mmap.mmap, dict[int, mmap.mmap]]:
