@@ -241,7 +241,8 @@ class PushExecutable:
                         slot = HostBuffer(peer + self._land_off[t.dst] + fused.remote_offsets[i] + fused.send_parts[i][f],
                                           isz)
                         by_dst[i][1].extend(copy_views(piece.pack, src, slot) for piece in t.pieces)
-            hit = self._copies[key] = (local, peers, by_dst, {})
+            landed = [pair for _, landing in by_dst for pair in landing]  # every destination binds an out=
+            hit = self._copies[key] = (local, peers, by_dst, {}, landed)
             while len(self._copies) > CACHE_SIZE:
                 self._copies.popitem(last=False)
         self._copies.move_to_end(key)
@@ -249,7 +250,7 @@ class PushExecutable:
 
     def _stores(self, heard: list[int]) -> list:
         """The peer pairs of a landing call: into each destination's landing if it binds an out=."""
-        _, _, by_dst, modes = self._pairs
+        _, _, by_dst, modes, _ = self._pairs
         bits = tuple(heard[k] in _WITH_OUT for k in self._send_codes)
         pairs = modes.get(bits)
         if pairs is None:
@@ -258,6 +259,9 @@ class PushExecutable:
         return pairs
 
     def _land_key(self) -> tuple:
+        if self.nfields == 1:
+            b = self._outs[0]
+            return self._in_ptrs[0], None if b is None else (b.ptr, b.strides)
         return tuple(self._in_ptrs), tuple(None if b is None else (b.ptr, b.strides) for b in self._outs)
 
     def _landed_pairs(self):
@@ -269,7 +273,7 @@ class PushExecutable:
             fused = self._fused
             land = self._base.ctypes.data + self._land_off[self._fields[0].rank]
             local, unpack = [], []
-            for f, (p, ptr, result, out) in enumerate(zip(self._fields, key[0], self.results, self._outs)):
+            for f, (p, ptr, result, out) in enumerate(zip(self._fields, self._in_ptrs, self.results, self._outs)):
                 target = result if out is None else out
                 q = p if out is None else p.retarget(out.strides)
                 dst, isz = HostBuffer(target.ptr, p.itemsize), p.itemsize
@@ -324,6 +328,8 @@ class PushExecutable:
                         return
                 if not out:  # the time loop's call: every rank stores into results
                     self._store(code)
+                elif self._landing:  # every rank binds an out= (they all said what I said)
+                    self._land(code, True, None)
                 else:
                     self._heard(code, out, stale, [code] * len(st.statuses))
             else:
@@ -351,7 +357,7 @@ class PushExecutable:
     def _store(self, code: int) -> None:
         """Every rank writes into results: store into the peers', arrive, copy the local part."""
         MPI, copyto = self._MPI, np.copyto
-        local, peers, _, _ = self._pairs
+        local, peers = self._pairs[0], self._pairs[1]
         if self._arrival_recvs:
             MPI.Prequest.Startall(self._arrival_recvs)
         if peers:
@@ -369,7 +375,7 @@ class PushExecutable:
         local, unpack = self._land_pairs if out else (self._pairs[0], ())
         if self._arrival_recvs:
             MPI.Prequest.Startall(self._arrival_recvs)
-        peers = self._stores(heard)
+        peers = self._pairs[4] if heard is None else self._stores(heard)
         if peers:
             for d, s in peers:
                 copyto(d, s, casting="no")
