@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import threading
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
@@ -72,8 +70,6 @@ class Context:
     cuda: Runtime | None = None
     _tags: int = field(default=0, repr=False)
     _second: Any = field(default=None, repr=False)
-    _retired: dict[int, MPI.Win] = field(default_factory=dict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def rank(self) -> int:
@@ -96,38 +92,8 @@ class Context:
         self._tags += 1
         return self._tags
 
-    def retire_later(self, holder: object, serial: int, window: MPI.Win) -> None:
-        """Free ``window`` (collective) once ``holder`` is garbage-collected on every rank.
-
-        ``holder`` is what keeps the window's memory in use (an executable's result base array,
-        which the user's result views keep alive). Called from a finalizer: local, no MPI.
-        """
-        weakref.finalize(holder, self._retire, serial, window)
-
-    def _retire(self, serial: int, window: MPI.Win) -> None:
-        with self._lock:
-            self._retired[serial] = window
-
-    def reap(self) -> None:
-        """Collective: free what every rank has retired, in serial order."""
-        from . import collective
-
-        with self._lock:
-            mine = sorted(self._retired)
-        every = collective.agree(self.comm, None, mine)
-        common = sorted(set(every[0]).intersection(*every[1:]))
-        for serial in common:
-            with self._lock:
-                window = self._retired.pop(serial)
-            window.Unlock_all()
-            window.Free()
-
     def close(self) -> None:
-        """Collective (redist.finalize): free every retired window, then the communicator."""
-        import gc
-
-        gc.collect()  # results nobody holds any more release their windows now
-        self.reap()
+        """Collective (redist.finalize): free the second communicator (the first is the caller's)."""
         if self._second is not None:
             self._second.Free()
             self._second = None
@@ -260,5 +226,4 @@ def select_backend(memory: str, execution: str, cuda_available: bool) -> str:
 def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> Executable:
     """Collective: lower ``plan`` (one field, or several fused) on ``ctx`` with the backend ``options.backend``."""
     module = importlib.import_module(BACKENDS[options.backend])
-    ctx.reap()  # a collective point: memory of objects every rank has dropped goes now
     return module.lower(plan, ctx, options)

@@ -298,12 +298,13 @@ def sources(in_boxes: Sequence[BoxT],
 def layout_candidates(shape: Sequence[int], strides: Sequence[int]) -> tuple[str, ...]:
     """Result orders ("C", "F") consistent with an operand's element strides.
 
-    Only dimensions of extent > 1 count: a 1-D or degenerate operand fits both. An operand whose
-    strides are neither decreasing nor increasing (permuted axes) fits both too: its result is
-    dense in whichever order the other ranks agree on. The sign of a stride does not matter: a
-    reversed view (``a[::-1]``) keeps its array's order.
+    Only dimensions of extent > 1 and a nonzero stride count: a 1-D or degenerate operand fits
+    both, and so does a broadcast axis (stride 0: every index reads the same elements, which fits
+    either order). An operand whose strides are neither decreasing nor increasing (permuted axes)
+    fits both too: its result is dense in whichever order the other ranks agree on. The sign of a
+    stride does not matter: a reversed view (``a[::-1]``) keeps its array's order.
     """
-    st = [abs(s) for n, s in zip(shape, strides) if n > 1]
+    st = [abs(s) for n, s in zip(shape, strides) if n > 1 and s != 0]
     c = all(a >= b for a, b in zip(st, st[1:]))
     f = all(a <= b for a, b in zip(st, st[1:]))
     if c and not f:

@@ -163,7 +163,7 @@ def check_boxes(specs: Sequence[RankSpec], *, allow_overlap: bool = False) -> tu
         f = lambda g: geo.format_box(g) if g else "empty"  # noqa: E731
         return inv, (
             f"the input boxes span the global box {f(gin)} but the output boxes span {f(gout)}: "
-            "input and output must describe the same global array (shape and origin)"
+            f"input and output must describe the same global array (shape and origin){_outside(specs, gin, gout)}"
         )
     if gin is not None:
         total, want = sum(geo.volume(b) for b in in_boxes), geo.volume(gin)
@@ -171,13 +171,31 @@ def check_boxes(specs: Sequence[RankSpec], *, allow_overlap: bool = False) -> tu
             return inv, (
                 f"The global number of elements is incompatible with the inferred global shape {geo.box_shape(gin)}: "
                 f"the input boxes hold {total} elements in all, their bounding box {geo.format_box(gin)} "
-                f"has {want}; {geo.cover_problem(in_boxes, gin)}"
+                f"has {want}; {_tile_problem(in_boxes, gin)}"
             )
         for which, boxes in (("input", in_boxes), ("output", out_boxes)):
-            msg = geo.cover_problem(boxes, gin)
+            msg = _tile_problem(boxes, gin)
             if msg:
                 return inv, f"the {which} boxes do not tile the global array exactly: {msg}"
     return _layout_problem(specs)
+
+
+def _outside(specs: Sequence[RankSpec], gin: BoxT | None, gout: BoxT | None) -> str:
+    """"; rank r's input box ... lies outside ...": the first box beyond the other side's span."""
+    for which, other, span in (("input", "output", gout), ("output", "input", gin)):
+        for s in specs:
+            box = s.in_box if which == "input" else s.out_box
+            if not geo.is_empty(box) and (span is None or not geo.contains(span, box)):
+                return f"; rank {s.rank} {which} box {geo.format_box(box)} lies outside the {other} boxes' span"
+    return ""
+
+
+def _tile_problem(boxes: Sequence[BoxT], glob: BoxT) -> str | None:
+    """:func:`geo.cover_problem`, naming the option that accepts boxes that overlap on purpose."""
+    msg = geo.cover_problem(boxes, glob)
+    if msg and geo.find_overlap(boxes) is not None:
+        msg += "; boxes that overlap on purpose (halos, replicated inputs, allgather) need allow_overlap=True"
+    return msg
 
 
 def _overlap_problem(in_boxes: Sequence[BoxT], out_boxes: Sequence[BoxT]) -> tuple[type[BaseException], str] | None:

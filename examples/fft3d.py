@@ -77,6 +77,14 @@ def context() -> DistributedContext:
     return ctx
 
 
+def communicator() -> MPI.Intracomm:
+    """The MPI communicator redist runs on (its process group's)."""
+    comm = context().process_group.mpi_comm
+    if comm is None:
+        raise RuntimeError("these examples need an MPI process group")
+    return comm
+
+
 AUTO_HOST_LAYOUT = "natural"  # layout="auto" on the host (perf/RESULTS.md, "Spectral examples")
 
 
@@ -503,7 +511,7 @@ def main(argv=None) -> int:
         ap.error("--shape takes one or three extents")
 
     redist.initialize(device_id=None if args.gpu else "cpu")
-    comm = context().process_group.mpi_comm
+    comm = communicator()
     stream = None
     if args.gpu:
         import cupy  # pyright: ignore[reportMissingImports]

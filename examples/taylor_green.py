@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 import redist
-from fft3d import PencilFFT, context
+from fft3d import PencilFFT, communicator, context
 from mpi4py import MPI
 
 __all__ = ["TaylorGreen", "series"]
@@ -71,7 +71,7 @@ class TaylorGreen:
         self.n, self.nu, self.dt = n, nu, dt
         fft = self.fft = PencilFFT((n, n, n), grid, nfields=3, gpu=gpu, stream=stream, layout=layout)
         xp = self.xp = fft.xp
-        self.comm = context().process_group.mpi_comm
+        self.comm = communicator()
         lo, hi = fft.spectral_box.lower, fft.spectral_box.upper
         k = np.fft.fftfreq(n, 1.0 / n)
         kz = np.arange(n // 2 + 1, dtype=float)
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     redist.initialize(device_id=None if args.gpu else "cpu")
-    comm = context().process_group.mpi_comm
+    comm = communicator()
     stream = None
     if args.gpu:
         import cupy  # pyright: ignore[reportMissingImports]

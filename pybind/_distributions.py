@@ -65,6 +65,14 @@ def _context_rank_nranks(rank, nranks) -> tuple[int, int]:
     return _int(rank, "rank"), _int(nranks, "nranks")
 
 
+def _given(coords) -> tuple:
+    """``coords`` as a tuple for display (whatever they are), or the object itself."""
+    try:
+        return tuple(coords)
+    except TypeError:
+        return coords
+
+
 def _split(extent: int, parts: int, index: int) -> tuple[int, int]:
     """[start, stop) of block ``index`` when ``extent`` is split in ``parts`` (first ``extent % parts`` +1)."""
     q, r = divmod(extent, parts)
@@ -198,56 +206,75 @@ class Box(Distribution):
     ``Box((0, 4), (2, 10))`` holds ``global[0:2, 4:10]``. numpy integers are accepted, and
     ``lower == upper`` on some axis gives an empty box (the process holds nothing).
     Unpacks as ``lower, upper = box``.
+
+    A box is checked where it is used, not where it is made: ``Box((4,), (2,))`` constructs, and
+    :class:`~redist.Redistribute` then raises the same InvalidValueError on every rank, naming
+    the rank (a box built wrong on one rank must not leave the others waiting in a collective);
+    any other use of it (``lower``, ``shape()``, ``box()``...) raises that error at once.
     """
 
     def __init__(self, lower: Sequence[int], upper: Sequence[int]):
+        self._problem: InvalidValueError | None = None
         try:
             lo, hi = geo.as_box(lower, upper)
         except (TypeError, ValueError) as e:
-            raise InvalidValueError(f"invalid Box: {e}") from None
+            self._fail(lower, upper, f"invalid Box: {e}")
+            return
         for ax, (l, h) in enumerate(zip(lo, hi)):
             if h < l:
-                raise InvalidValueError(
-                    f"The upper coordinates must be larger than the lower coordinates, but got lower={lo} upper={hi} "
-                    f"(lower > upper on axis {ax}; equal coordinates, an empty box, are allowed)"
-                )
+                self._fail(lo, hi, f"The upper coordinates must be larger than the lower coordinates, but got "
+                                   f"lower={lo} upper={hi} (lower > upper on axis {ax}; equal coordinates, an empty "
+                                   "box, are allowed)")
+                return
         self._lower, self._upper = lo, hi
+
+    def _fail(self, lower, upper, msg: str) -> None:
+        """Keep what was given (for repr and equality) and the problem, raised at first use."""
+        self._problem = InvalidValueError(msg)
+        self._lower, self._upper = _given(lower), _given(upper)
+
+    def _valid(self) -> Box:
+        """Raise the InvalidValueError of a box made with bad coordinates; the box itself otherwise."""
+        if self._problem is not None:
+            raise InvalidValueError(str(self._problem))
+        return self
 
     @property
     def lower(self) -> tuple[int, ...]:
         """Lower corner (inclusive)."""
-        return self._lower
+        return self._valid()._lower
 
     @property
     def upper(self) -> tuple[int, ...]:
         """Upper corner (exclusive)."""
-        return self._upper
+        return self._valid()._upper
 
     @property
     def ndim(self) -> int:
         """Number of dimensions."""
-        return len(self._lower)
+        return len(self._valid()._lower)
 
     @property
     def box_shape(self) -> tuple[int, ...]:
         """``upper - lower``."""
-        return geo.box_shape((self._lower, self._upper))
+        return geo.box_shape(self.as_tuple())
 
     @property
     def is_empty(self) -> bool:
-        return geo.is_empty((self._lower, self._upper))
+        return geo.is_empty(self.as_tuple())
 
     def as_tuple(self) -> geo.BoxT:
+        self._valid()
         return self._lower, self._upper
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
-        return iter((self._lower, self._upper))
+        return iter(self.as_tuple())
 
     def __getitem__(self, i: int) -> tuple[int, ...]:
-        return (self._lower, self._upper)[i]
+        return self.as_tuple()[i]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Box) and self.as_tuple() == other.as_tuple()
+        return isinstance(other, Box) and (self._lower, self._upper) == (other._lower, other._upper)
 
     def __hash__(self) -> int:
         return hash(("Box", self._lower, self._upper))
@@ -260,12 +287,13 @@ class Box(Distribution):
     def box(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
             nranks: int | None = None) -> Box:
         """The box itself (a Box is what the *calling* process holds)."""
-        return self
+        return self._valid()
 
     def shape(self, rank: int | None = None, global_shape: Sequence[int] | None = None, *,
               nranks: int | None = None) -> tuple[int, ...]:
         """This process's shape. A Box knows only its own process's box: ``rank`` other than
         this process's raises RuntimeError (as nvmath-python does)."""
+        self._valid()
         if rank is not None:
             if nranks is not None and _int(nranks, "nranks") == 1:
                 me = 0  # one process: it is rank 0, no runtime needed
@@ -283,6 +311,7 @@ class Box(Distribution):
         return self.box_shape
 
     def _bind(self, global_shape: Sequence[int], *, shape: Sequence[int] | None = None) -> Box:
+        self._valid()
         if self._bound:
             raise BindDistributionError(f"{self} is already bound")
         if shape is not None and tuple(shape) != self.box_shape:

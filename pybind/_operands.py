@@ -22,7 +22,7 @@ from .engine import geometry as geo
 from .engine.buffer import Buffer
 from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
-__all__ = ["RawArray", "Operand", "as_array", "pointer_of", "package_of", "wrap"]
+__all__ = ["RawArray", "Operand", "as_array", "layout_signature", "pointer_of", "package_of", "wrap"]
 
 
 class RawArray:
@@ -172,6 +172,19 @@ def wrap(obj) -> Operand:
     return op
 
 
+def layout_signature(obj) -> tuple:
+    """What of ``obj`` can change in place without changing the object (numpy: shape, strides and
+    dtype are settable; torch: ``resize_``/``set_`` also move the data; RawArray: every field):
+    equal signatures of one object mean :func:`wrap` would describe it the same way."""
+    if isinstance(obj, np.ndarray):
+        return obj.shape, obj.strides, obj.dtype
+    if isinstance(obj, RawArray):
+        return obj.ptr, obj.shape, obj.strides, obj.itemsize, obj.memory, obj.device_id, obj.dtype, obj.readonly
+    if package_of(obj) == "torch":
+        return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device
+    return obj.data.ptr, obj.shape, obj.strides, obj.dtype  # cupy
+
+
 def pointer_of(obj, package: str) -> int:
     """The address of element 0 of ``obj`` (the hot path of reset_operand_unchecked)."""
     if package == "numpy":
@@ -197,6 +210,21 @@ def _span(shape, strides) -> int:
     return sum((n - 1) * s for n, s in zip(shape, strides)) + 1
 
 
+def _empty(shape, template: Operand, buf: Buffer):
+    """An empty array of ``template``'s package and dtype, where ``buf`` lives."""
+    if template.package == "numpy":
+        return np.empty(shape, dtype=template.dtype)
+    if template.package == "cupy":
+        import cupy as cp
+
+        with cp.cuda.Device(buf.device_id):
+            return cp.empty(shape, dtype=template.dtype)
+    import torch
+
+    device = "cpu" if buf.memory == "cpu" else f"cuda:{buf.device_id}"
+    return torch.empty(shape, dtype=template.dtype, device=device)
+
+
 def as_array(buf: Buffer, template: Operand, owner=None):
     """An array of ``template``'s package and dtype over ``buf`` (zero copy; positive strides).
 
@@ -208,6 +236,8 @@ def as_array(buf: Buffer, template: Operand, owner=None):
     if pkg == "raw":
         return RawArray(buf.ptr, shape, strides, isz, memory=buf.memory, device_id=buf.device_id,
                         owner=owner if owner is not None else buf.owner, dtype=template.dtype)
+    if math.prod(shape) == 0:  # no bytes to view (a byte view of fewer bytes than one element cannot be typed)
+        return _empty(shape, template, buf)
     if buf.memory == "cpu":
         base = buf.owner if isinstance(buf.owner, np.ndarray) else None
         if base is None:

@@ -16,7 +16,7 @@ import numpy as np
 from . import _runtime
 from ._distributions import Box, Distribution
 from ._resolve import resolve_boxes
-from ._operands import Operand, as_array, wrap
+from ._operands import Operand, as_array, layout_signature, wrap
 from ._options import RedistributeOptions, ranked_logger
 from ._streams import current_stream, graph_handles, stream_handle
 from .engine import backend, collective
@@ -49,10 +49,12 @@ _RELEASED_MSG = ("Execution cannot be performed after the operand has been relea
 
 
 def _as_distribution(d, which: str) -> Distribution:
+    if isinstance(d, Box):
+        return d._valid()  # a Box made with bad coordinates raises here, inside the agreement
     if isinstance(d, Distribution):
         return d
     if isinstance(d, (tuple, list)) and len(d) == 2:  # a raw (lower, upper) pair, e.g. from the C ABI
-        return Box(*d)
+        return Box(*d)._valid()
     raise InvalidTypeError(f"{which}_distribution must be a redist Distribution or a (lower, upper) pair, got {d!r}")
 
 
@@ -198,7 +200,8 @@ class Redistribute(Generic[ArrayT]):
         self._result = None
         self._outs: list = [None] * len(ops)  # per field: the out= object bound now (None: the engine-owned result)
         self._outs_bound = False  # some field has an out= bound (several fields)
-        self._out_checked: dict = {}  # (id, field) -> (weak reference, Buffer) of out= objects checked before
+        # (id, field) -> (weak reference, layout signature, Buffer, lo, hi) of out= objects checked before
+        self._out_checked: dict = {}
         self._ptrs: dict = {}  # id -> (weak reference, address) of numpy operands rebound before
         # per field: the bytes it spans around its address, and the address
         self._extents = [byte_extent(o.shape, o.strides, o.itemsize) for o in ops]
@@ -207,7 +210,10 @@ class Redistribute(Generic[ArrayT]):
         self._streams = self._backend != "host"  # execute() needs a stream handle
         self._fresh = opts.result == "fresh"
         if self._fresh and fields:
-            raise NotSupportedError('result="fresh" takes one operand; with several fields pass out= (a tuple)')
+            raise NotSupportedError(
+                'result="fresh" (the default of redist.distribution.Redistribute) takes one operand; several fields '
+                'need persistent results: redist.Redistribute, or options result="persistent" (execute(out=...) then '
+                'takes a tuple of your own arrays)')
         if self._fresh and op.package == "raw":
             raise NotSupportedError('result="fresh" needs numpy, torch or cupy operands (a RawArray has no allocator)')
         self._last_stream = self._last_handle = None
@@ -480,14 +486,15 @@ class Redistribute(Generic[ArrayT]):
         """Check field ``field``'s ``out`` locally and bind it; its problem (None if fine) for the
         call's agreement. ``ranges`` (several fields) receives ``(field, lo, hi)``, the bytes it spans.
 
-        Objects checked before are kept (weakly) with their buffer, so a loop that alternates
-        between a few out= arrays re-checks only what can change: writability and overlap with
-        the operands.
+        Objects checked before are kept (weakly) with their buffer and layout signature, so a loop
+        that alternates between a few out= arrays re-checks only what can change: writability and
+        overlap with the operands; an object reshaped (or re-typed) in place since is checked anew.
         """
         try:
             hit = self._out_checked.get((id(out), field))
-            if hit is not None and hit[0]() is out:
-                _, buf, lo, hi = hit
+            checked = hit is not None and hit[0]() is out and hit[1] == layout_signature(out)
+            if checked:
+                _, _, buf, lo, hi = hit
             else:
                 op = wrap(out)
                 t = self._templates[field]
@@ -508,8 +515,8 @@ class Redistribute(Generic[ArrayT]):
                 if len(self._out_checked) >= 8 * self._nfields:
                     self._out_checked.clear()
                 try:
-                    self._out_checked[(id(out), field)] = (weakref.ref(out), dataclasses.replace(buf, owner=None),
-                                                           lo, hi)
+                    self._out_checked[(id(out), field)] = (weakref.ref(out), layout_signature(out),
+                                                           dataclasses.replace(buf, owner=None), lo, hi)
                 except TypeError:  # an object without weak references: checked every time
                     pass
             if ranges is not None:
@@ -522,7 +529,7 @@ class Redistribute(Generic[ArrayT]):
                         what = "the operand" if not self._fields else f"field {g}'s operand"
                         return self._out_failed(f"out= overlaps {what} (the exchange would read what it overwrites)",
                                                 field)
-            if out is not self._outs[field]:
+            if out is not self._outs[field] or not checked:  # a new object, or this one changed in place
                 self._exe.bind_output(buf, field)
                 self._outs[field] = out
             return None
@@ -611,9 +618,10 @@ class Redistribute(Generic[ArrayT]):
         On CUDA this updates kernel-node parameters of the instantiated graph (no re-capture):
         with several fields one update per kernel for the whole tuple, or for one ``field=``.
         """
-        if field is not None and (not self._fields or self._state not in _HAS_OPERAND):
+        if field is not None and (not self._fields or self._state not in _HAS_OPERAND or field.__class__ is not int
+                                  or not 0 <= field < self._nfields):
             self._check_not_freed("reset_operand_unchecked")
-            self._field_index(field)  # one array: field= makes no sense
+            self._field_index(field)  # one array, or not a field index: raises (local, like the C ABI's range check)
             raise InvalidStateError("reset_operand_unchecked(field=...) needs every field bound: the operands were "
                                     "released; pass a tuple of every field")
         if self._state in _PLANNED:

@@ -220,7 +220,7 @@ def finalize() -> None:
         from mpi4py import MPI
 
         if not MPI.Is_finalized():
-            ctx.engine.close()  # shared windows of dropped objects (collective)
+            ctx.engine.close()  # its second communicator (collective)
         if ctx.cuda is not None:
             from .engine.cuda import runtime as cuda_runtime
 

@@ -281,6 +281,19 @@ def mpi(nprocs, exe, *args, timeout=120):
     return run_mpi(nprocs, [str(exe), *map(str, args)], timeout=timeout, env=clean_env())
 
 
+# --- resources of this process (lifetime and soak workers) ----------------------------------
+
+
+def rss_mib() -> float:
+    """Resident memory, MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 # --- MPI workers ---------------------------------------------------------------------------
 
 

@@ -32,14 +32,13 @@ address and kept in small caches (:data:`CACHE_SIZE` entries per side), so a tim
 alternates between a few buffers rebinds with a dictionary lookup. Cached entries hold no
 reference to user memory (only the current binding does).
 
-**Agreement at no extra cost.** ``execute(problem=...)`` must make every rank raise if any rank
-has a local problem. With ``P <= COMPLETE_MAX`` every ordered pair of ranks exchanges a message
-in every execute (a zero-byte one where no data moves), receives are posted with ``ANY_TAG``,
-and the tag says whether the sender is well: a rank with a problem sends scratch bytes with the
-error tag (its requests may point at a released operand or a bad ``out=``, so it starts none of
-them and writes nothing into its output). After the wait every rank knows whether any rank
-failed, and only then do they gather the messages (:mod:`..collective`) to raise the same error.
-Larger jobs and ``"alltoallw"`` agree with one small ``Allreduce`` per execute instead.
+**Agreement before any byte moves.** ``execute(problem=...)`` must make every rank raise if any
+rank has a local problem, and a call that raises must change nothing a user can see on any rank:
+no byte of any rank's ``out=`` or result. So the ranks agree first and move data only once every
+rank is well: with ``P <= COMPLETE_MAX`` one round of zero-byte status messages between every
+pair of ranks (:class:`.status.StatusRound`; the tag says whether the sender is well), larger
+jobs and ``"alltoallw"`` one small ``Allreduce``. A failed round raises the first rank's problem
+on every rank (gathered through :mod:`..collective`); no data message is ever sent for that call.
 
 Everything is local except :func:`lower` (collective) and ``execute``; ``free`` is local: the
 communicator belongs to the context, not to the executable, so a dropped executable releases
@@ -61,6 +60,7 @@ from ..plan import FusedPlan, Plan, fuse
 from ..strided import HostBuffer
 from ._datatypes import copy_views, empty_bytes, region_datatype
 from .messages import Message, Side, align, messages
+from .status import FAILED, WELL, StatusRound
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -141,7 +141,8 @@ class HostExecutable:
 
     def __init__(
         self, plan: Plan | FusedPlan, comm: MPI.Intracomm, method: str, tag: int, logger: Logger | None,
-        second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (),
+        second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (), results: Sequence[Buffer] | None = None,
+        agreed: bool = False,
     ) -> None:
         from mpi4py import MPI
 
@@ -156,9 +157,9 @@ class HostExecutable:
         self.comm = comm  # the context's communicator (not owned)
         self._logger = logger
         self._itemsizes = isz = fused.itemsizes
-        span = max(1, (tag_ub(comm) + 1) // 2)  # executable k: tags 2k (well), 2k + 1 (failed)
-        self._ok_tag = 2 * (tag % span)
-        self._err_tag = self._ok_tag + 1
+        span = max(1, (tag_ub(comm) + 1) // 2)  # executable k: tags 2k (failed), 2k + 1 (well)
+        self._status_base = 2 * (tag % span)
+        self._ok_tag = self._status_base + WELL  # a well rank's status, and the tag of its data
         self._second = second  # the communicator of a pair's messages 1, 2, ... (several fields; not owned)
         self._data_tags = [2 * (t % span) for t in data_tags]  # and their tags
         self._complete = method != "alltoallw" and 1 < plan.nranks <= COMPLETE_MAX
@@ -166,7 +167,7 @@ class HostExecutable:
         self._p2p = method != "alltoallw" and not self._single  # execute's usual path
         self._sends = [m for i in range(len(plan.sends)) for m in messages([p.sends[i] for p in fields], True, method, isz)]
         for m in self._sends:
-            m.tag = self._tag(m, send=True)
+            m.tag = self._tag(m)
         self._send_stage_bytes = 0
         self._staged_send_reqs: list = [None] * len(self._sends)
         packed: dict = {}  # pack copies -> slot: the same elements to several peers are packed once
@@ -179,10 +180,12 @@ class HostExecutable:
                 self._send_stage_bytes += align(m.nbytes)
             else:
                 self._commit_parts(m)
-        # the engine-owned results (one per field), dense in plan.out_order
-        self._result_bytes = [empty_bytes(p.out_elements * p.itemsize) for p in fields]
-        self.results = tuple(Buffer(b.ctypes.data, p.out_shape, p.out_strides, p.itemsize, "cpu", owner=b)
-                             for b, p in zip(self._result_bytes, fields))
+        # the engine-owned results (one per field), dense in plan.out_order; given: someone else's (push's)
+        if results is None:
+            self._result_bytes = [empty_bytes(p.out_elements * p.itemsize) for p in fields]
+            results = [Buffer(b.ctypes.data, p.out_shape, p.out_strides, p.itemsize, "cpu", owner=b)
+                       for b, p in zip(self._result_bytes, fields)]
+        self.results = tuple(results)
         self.result = self.results[0]
         # receive layouts per output strides (one tuple per field): {strides: (plans, [msgs], recv staging bytes)}
         self._layouts: dict = {}
@@ -197,19 +200,14 @@ class HostExecutable:
         self._sides_in: OrderedDict = OrderedDict()  # operand addresses -> Side
         self._sides_out: OrderedDict = OrderedDict()  # (addresses, strides) -> Side
         self._combos: OrderedDict = OrderedDict()  # (in addresses, out key) -> what execute walks
-        self._null_buf = np.zeros(1, np.uint8)
-        self._null_from: list[int] = []  # peers of the zero-byte messages (tag channel)
-        self._null_to: list[int] = []
-        self._null_recvs: list = []
-        self._null_sends: list = []
-        self._make_nulls()
+        # agreed: another executable (push) agrees for this one and calls prepare() and exchange() itself
+        self._status = (StatusRound(MPI, comm, plan.rank, plan.nranks, self._status_base, 2)
+                        if self._complete and not agreed else None)
         self._ready = False  # the fields below match the current binding
         self._first: list = []  # receives + in-place sends, started together
         self._packs: list = []  # (dst_view, src_view, [requests]) of staged sends
         self._unpacks: list = []  # (dst_view, src_view) of staged receives
         self._reqs: list = []  # every p2p request, receives first, for Waitall
-        self._nrecv = 0
-        self._statuses: list = []
         self._local: list = []  # (dst_view, src_view) per box of the local copy
         self._a2a = None
         self._a2a_key = None
@@ -219,13 +217,10 @@ class HostExecutable:
 
     # -- binding ------------------------------------------------------------------------------
 
-    def _tag(self, m: Message, send: bool) -> int:
-        """The tag a message is sent / received with: the pair's first message carries the
-        agreement (received with ANY_TAG when every pair exchanges one); the others (over the
-        second communicator) tags of their own."""
-        if m.index:
-            return self._data_tags[m.index - 1]
-        return self._MPI.ANY_TAG if self._complete and not send else self._ok_tag
+    def _tag(self, m: Message) -> int:
+        """The tag a message is sent / received with: the pair's first message this executable's,
+        the others (over the second communicator) tags of their own."""
+        return self._data_tags[m.index - 1] if m.index else self._ok_tag
 
     def _comm(self, m: Message) -> MPI.Intracomm:
         return self._second if m.index else self.comm
@@ -311,7 +306,7 @@ class HostExecutable:
                     for m in messages([p.recvs[i] for p in plans], False, self.method, self._itemsizes)]
             nbytes = 0
             for m in msgs:
-                m.tag = self._tag(m, send=False)
+                m.tag = self._tag(m)
                 if m.mode == "staged":
                     m.slot = nbytes
                     nbytes += align(m.nbytes)
@@ -360,7 +355,7 @@ class HostExecutable:
         stage = self._recv_staging(strides, nbytes)
         dsts = [HostBuffer(ptr, isz) for ptr, isz in zip(ptrs, self._itemsizes)]
         for m in msgs:
-            reqs = side.more_requests if m.index else side.requests  # only the first messages' tags are checked
+            reqs = side.more_requests if m.index else side.requests
             if m.mode == "staged":
                 base = stage.ctypes.data + m.slot
                 side.copies.extend(copy_views(c, HostBuffer(base + part.start, part.itemsize), dsts[part.field])
@@ -396,20 +391,6 @@ class HostExecutable:
             stage = self._recv_stage[strides] = empty_bytes(nbytes)
         return stage
 
-    def _make_nulls(self) -> None:
-        """Zero-byte messages for the pairs that move no data (tag channel only)."""
-        if not self._complete:
-            return
-        p, MPI = self._fields[0], self._MPI
-        me = p.rank
-        to = {m.peer for m in self._sends}
-        frm = {t.src for t in p.recvs}
-        self._null_from = [s for s in range(p.nranks) if s != me and s not in frm]
-        self._null_to = [d for d in range(p.nranks) if d != me and d not in to]
-        buf = [self._null_buf, 0, MPI.BYTE]
-        self._null_recvs = [self.comm.Recv_init(buf, s, MPI.ANY_TAG) for s in self._null_from]
-        self._null_sends = [self.comm.Send_init(buf, d, self._ok_tag) for d in self._null_to]
-
     def _prepare(self) -> None:
         if self._freed:
             raise InvalidStateError("this host executable was freed")
@@ -420,9 +401,7 @@ class HostExecutable:
             self._combos[key] = combo
             while len(self._combos) > CACHE_SIZE * CACHE_SIZE:
                 self._combos.popitem(last=False)
-        self._first, self._packs, self._unpacks, self._reqs, self._nrecv, self._local = combo
-        if len(self._statuses) != len(self._reqs):
-            self._statuses = [self._MPI.Status() for _ in self._reqs]
+        self._first, self._packs, self._unpacks, self._reqs, self._local = combo
         self._ready = True
 
     def _combine(self) -> tuple:
@@ -436,13 +415,11 @@ class HostExecutable:
             for p, src, dst in zip(plans, in_ptrs, out_ptrs) if p.local is not None for piece in p.local.pieces
         ]
         if self.method == "alltoallw":
-            return [], [], [], [], 0, local
-        recvs = recv.requests + self._null_recvs  # their tags say whether the peer is well
-        first = recvs + recv.more_requests + send.requests + self._null_sends
+            return [], [], [], [], local
+        first = recv.requests + recv.more_requests + send.requests
         packs = [(d, s, r) for (d, s), r in zip(send.copies, send.staged_requests)]
-        reqs = (recvs + recv.more_requests + send.requests + [r for rs in send.staged_requests for r in rs]
-                + self._null_sends)
-        return first, packs, recv.copies, reqs, len(recvs), local
+        reqs = first + [r for rs in send.staged_requests for r in rs]
+        return first, packs, recv.copies, reqs, local
 
     def _make_alltoallw(self) -> None:
         """(Re)create the persistent Alltoallw (collective: every rank calls it in the same execute)."""
@@ -475,32 +452,42 @@ class HostExecutable:
         """Collective, blocking: agree on the call (see the module docstring), then exchange."""
         if problem is None and not self._bound:
             problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
-        if problem is None and not self._ready:
-            try:
-                self._prepare()
-            except Exception as e:  # noqa: BLE001 -- becomes this rank's problem, agreed below
-                problem = collective.problem(e)
+        if problem is None:
+            problem = self.prepare()
         try:
-            if problem is None and self._p2p:
-                self._exchange()
+            if self._p2p:
+                self._agree(problem)
+                self.exchange()
             elif self.method == "alltoallw":
                 self._execute_alltoallw(problem)
-            elif self._single:
+            else:  # one rank
                 if problem is not None:
                     raise collective.exception(problem, self._fields[0].rank)
-                for d, src in self._local:
-                    np.copyto(d, src, casting="no")
-            else:
-                self._fail(problem)
+                self.exchange()
         except self._MPI.Exception as e:
             raise CommunicationError(f"redist host backend ({self.method}): MPI error in execute: {e}") from e
         if release_workspace:
             self.release_workspace()
 
-    def _exchange(self) -> None:
+    @property
+    def ready(self) -> bool:
+        """True when :meth:`exchange` can run for the current binding without :meth:`prepare`."""
+        return self._ready
+
+    def prepare(self) -> collective.Problem | None:
+        """Build what :meth:`exchange` walks for the current binding (local); the failure, if any."""
+        if self._ready:
+            return None
+        try:
+            self._prepare()
+        except Exception as e:  # noqa: BLE001 -- becomes this rank's problem, agreed by the caller
+            return collective.problem(e)
+        return None
+
+    def exchange(self) -> None:
+        """The data of one execute, once every rank has agreed and is :meth:`prepare`-d (collective
+        over the point-to-point methods; push runs it after its own agreement)."""
         MPI, copyto = self._MPI, np.copyto
-        if not self._complete:
-            self._agree_allreduce(None)
         if self._first:
             MPI.Prequest.Startall(self._first)
         for d, s, reqs in self._packs:
@@ -508,34 +495,23 @@ class HostExecutable:
             MPI.Prequest.Startall(reqs)
         for d, s in self._local:
             copyto(d, s, casting="no")
-        if not self._complete:
+        if self._reqs:
             MPI.Request.Waitall(self._reqs)
-        elif self._reqs:
-            sts = self._statuses
-            MPI.Request.Waitall(self._reqs, sts)
-            ok = self._ok_tag
-            for i in range(self._nrecv):
-                if sts[i].Get_tag() != ok:
-                    collective.agree(self.comm, None)  # a peer failed: raise its problem here too
         for d, s in self._unpacks:
             copyto(d, s, casting="no")
 
-    def _fail(self, problem) -> None:
-        """This rank cannot run the exchange: tell every peer (error tag), write nothing, raise."""
-        if self._complete:
-            MPI = self._MPI
-            recvs = self._layout(self._result_strides)[1]  # sizes and tags: the same for any out= strides
-            sizes = [m.nbytes for m in self._sends + recvs] + [1]
-            scratch = np.zeros(max(sizes), np.uint8)
-            reqs = [self._comm(m).Irecv([scratch, m.nbytes, MPI.BYTE], m.peer, m.tag) for m in recvs]
-            reqs += [self.comm.Irecv([scratch, 0, MPI.BYTE], s, MPI.ANY_TAG) for s in self._null_from]
-            reqs += [self._comm(m).Isend([scratch, m.nbytes, MPI.BYTE], m.peer, m.tag if m.index else self._err_tag)
-                     for m in self._sends]
-            reqs += [self.comm.Isend([scratch, 0, MPI.BYTE], d, self._err_tag) for d in self._null_to]
-            MPI.Request.Waitall(reqs)
-        else:
+    def _agree(self, problem) -> None:
+        """Collective, before any data moves: raise on every rank if any rank has a problem."""
+        st = self._status
+        if st is None:
             self._agree_allreduce(problem)
-        collective.agree(self.comm, problem)
+        elif problem is not None:
+            st.fail(problem)
+        else:
+            st.start(WELL)
+            if FAILED in st.heard():
+                st.raise_peers(WELL)
+            self._MPI.Request.Waitall(st.sends[WELL])
 
     def _agree_allreduce(self, problem) -> None:
         """The agreement of large jobs: one small Allreduce; raise everywhere if any rank failed."""
@@ -600,10 +576,13 @@ class HostExecutable:
         if MPI.Is_finalized():
             return
         self._clear_sides()
-        for r in self._staged_send_reqs + self._null_recvs + self._null_sends:
+        for r in self._staged_send_reqs:
             if r is not None:
                 r.Free()
-        self._staged_send_reqs, self._null_recvs, self._null_sends = [None] * len(self._sends), [], []
+        self._staged_send_reqs = [None] * len(self._sends)
+        if self._status is not None:
+            self._status.free()
+            self._status = None
         for m in self._sends + [m for _, msgs, _ in self._layouts.values() for m in msgs]:
             for part in m.parts:
                 if part.dtype is not None:
@@ -644,8 +623,8 @@ class HostExecutable:
         p = self._fields[0]
         send_stage, recv_stage = self.staging_bytes
         _, recvs, _ = self._layout(self._out_key[1])
-        agreement = ("message tags (zero-byte messages complete the graph)" if self._complete
-                     else "one Allreduce per execute" if p.nranks > 1 else "none (one rank)")
+        agreement = ("zero-byte status messages between every pair, before any data" if self._complete
+                     else "one Allreduce per execute, before any data" if p.nranks > 1 else "none (one rank)")
         lines = [
             f"redist host executable rank {p.rank}/{p.nranks} method={self.method} ({_METHOD_TEXT[self.method]})",
             (f"  plan key={self.plan.key} itemsize={'/'.join(map(str, self._itemsizes))} out_order={p.out_order} "

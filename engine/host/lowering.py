@@ -65,6 +65,7 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> HostEx
     nfields = plan.nfields if isinstance(plan, FusedPlan) else 1
     second = ctx.second_comm() if nfields > 1 else None  # a pair's further messages (several fields) ...
     data_tags = tuple(ctx.next_tag() for _ in range(nfields - 1))  # ... with tags no other executable uses
+    messages_tag = ctx.next_tag()  # push: the messages of calls with an out=
     exe = None
     with collective.attempt(comm) as step:
         if chosen not in METHODS + ("push",):
@@ -104,7 +105,13 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> HostEx
     if len(set(step.gathered)) > 1:
         raise InvalidValueError(f"ranks disagree on the host method: {step.gathered}")
     if chosen == "push":
-        exe = PushExecutable(plan, ctx, tag, options.logger)  # collective: the shared window
+        try:
+            exe = PushExecutable(plan, ctx, tag, options.logger, second, data_tags, messages_tag)  # collective
+        except NotSupportedError:  # the shared memory could not be reserved (raised on every rank)
+            if method != "auto":
+                raise
+            chosen = AUTO_METHOD
+            exe = HostExecutable(plan, comm, chosen, tag, options.logger, second, data_tags)
     logger = options.logger
     if logger is not None and logger.isEnabledFor(logging.INFO):
         logger.info(

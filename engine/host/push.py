@@ -1,30 +1,56 @@
 # SPDX-License-Identifier: Apache-2.0
 """Host push: on one node, each rank stores its part straight into its peers' results.
 
-The engine-owned result of every rank lives in one MPI shared-memory window
-(``MPI_Win_allocate_shared``), so a sender copies (numpy, one pass, no MPI datatype, no staging)
-from its operand into the destination's result, like the GPU push kernel does over NVLink. One
-copy per element instead of MPI's two for strided regions, and no rendezvous.
+The engine-owned result of every rank lives in a shared-memory segment of its own (a file in
+``/dev/shm``, mapped by its owner and by every rank that sends to it, unlinked as soon as they
+all have), so a sender copies (numpy, one pass, no MPI datatype, no staging) from its operand
+into the destination's result, like the GPU push kernel does over NVLink. One copy per element
+instead of MPI's two for strided regions, and no rendezvous.
 
-One execute, on every rank:
+One execute, on every rank (:class:`.status.StatusRound`):
 
-1. start the *status* messages: a zero-byte message to every other rank (tag: well or failed)
-   and receives from every other rank (``ANY_TAG``); copy the local part into the own result;
-2. wait for every status: now every rank is in this execute (so it is done reading its previous
-   result: the status is also the credit) and every rank knows whether any rank failed. If one
-   did, every rank raises the same error and nobody has written into another rank's memory;
-3. store into each destination's result, ``Win_sync``, send it a zero-byte *arrival*;
-4. wait for the arrivals of every source, ``Win_sync``: the result is complete.
+1. send a zero-byte *status* to every other rank, its tag what this rank says about the call:
+   it failed, or it is well and whether it writes into an ``out=`` of its own; receive every
+   other rank's. Now every rank is in this execute (so it is done reading its previous result:
+   the status is also the credit) and knows whether any rank failed. If one did, every rank
+   raises the same error and nobody has written a byte anywhere: a failed call changes no
+   result and no ``out=``, on any rank;
+2. no rank has an ``out=``: store into each destination's result, send it a zero-byte
+   *arrival*, copy the local part, wait for the arrivals of every source: the result is
+   complete. MPI's messages order the stores: a sender stores, then sends; the receiver reads
+   after the receive (the release/acquire of MPI's own shared-memory queues);
+3. some rank has an ``out=``: a peer cannot store into private memory, and the engine-owned
+   result must stay as it was (``execute(out=...)`` never touches it), so
+
+   * small exchanges (every rank's receive staging at most :data:`LANDING_MAX` bytes): the
+     peers store into a *landing* area behind the results in its segment (the plan's receive
+     staging, a slot per source) instead, and the rank copies its slots into ``out=`` after
+     the arrivals; its local part goes straight into ``out=``. Two copies of the remote part,
+     but no rendezvous: cheaper than any message while latency dominates;
+   * larger ones: the call moves its data as MPI messages straight into every ``out=`` (and
+     into the results of the ranks that have none) -- the message methods' exchange, run by an
+     inner :class:`~.executable.HostExecutable` (``hybrid``) over the same buffers; the local
+     part is copied straight into ``out=``. Each element moves once. A rank whose inner
+     executable must first be built for its binding says so in its status; then the ranks
+     agree once more (a build can fail) before any data moves.
 
 Jobs of more than :data:`~.executable.COMPLETE_MAX` ranks replace the status messages by one
-small Allreduce (the same agreement, the same credit). An ``out=`` is filled by one local copy
-from the result after step 4 (peers only ever write results). Windows are collective objects:
-a window is freed at the context's next collective point once every rank has released it (its
-result array included: a result the user still holds stays valid).
+small Allreduce (the same agreement, the same credit).
+
+**Lifetimes are local.** A segment is plain shared memory, not an MPI object: nothing about it
+is collective after lowering. The executable holds its own segment and its mappings of its
+peers'; the result arrays hold the own segment too, so a result the user keeps past ``free()``
+or ``redist.finalize()`` stays a valid array with the last execute's data, and the memory goes
+back to the system when the last of them is dropped. ``free()`` and garbage collection release
+everything else at once, on any rank, in any order.
 """
 
 from __future__ import annotations
 
+import itertools
+import mmap
+import os
+import secrets
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -35,10 +61,11 @@ from .. import collective
 from .. import geometry as geo
 from ..buffer import Buffer
 from ..errors import CommunicationError, InvalidValueError, NotSupportedError
-from ..plan import Copy, FusedPlan, Plan, fuse, simplify
+from ..plan import FusedPlan, Plan, fuse
 from ..strided import HostBuffer
 from ._datatypes import copy_views
-from .executable import CACHE_SIZE, COMPLETE_MAX, out_problem, tag_ub
+from .executable import AUTO_METHOD, CACHE_SIZE, COMPLETE_MAX, HostExecutable, out_problem, tag_ub
+from .status import FAILED, WELL, StatusRound
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -47,11 +74,20 @@ if TYPE_CHECKING:
 
 __all__ = ["PushExecutable"]
 
+#: status codes (engine/host/status.py): WELL plus these bits
+_OUT, _STALE = 1, 2
+_CODES = WELL + _OUT + _STALE + 1
+_WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank that binds an out=
+#: calls with an out= land in shared memory (two copies) when every rank receives at most this many
+#: bytes, else go as messages (one copy by MPI): see perf/RESULTS.md, "out= on push"
+LANDING_MAX = 1 << 20
+_names = itertools.count()
+
 
 class PushExecutable:
     """A plan on one node: peers store into each other's results (see the module docstring).
 
-    Several fields (a :class:`~..plan.FusedPlan`) share the window (each field's result at its
+    Several fields (a :class:`~..plan.FusedPlan`) share the segment (each field's result at its
     own offset) and one round of status and arrival messages.
     """
 
@@ -62,60 +98,61 @@ class PushExecutable:
     result: Buffer
     results: tuple[Buffer, ...]
 
-    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: Logger | None) -> None:
+    def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: Logger | None,
+                 second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (), messages_tag: int = 0) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
         self.plan = plan
-        self._fields = fields = (plan if isinstance(plan, FusedPlan) else fuse([plan])).fields
+        self._fused = fused = plan if isinstance(plan, FusedPlan) else fuse([plan])
+        self._fields = fields = fused.fields
         self.nfields: int = len(fields)
         plan = fields[0]
         self.comm = ctx.comm
-        self._ctx = ctx
-        self._serial = tag
         self._logger = logger
+        self._inner_args = (messages_tag, second, data_tags)
         P, me = plan.nranks, plan.rank
-        span = max(1, (tag_ub(self.comm) + 1) // 4)
-        base_tag = 4 * (tag % span)
-        self._ok_tag, self._err_tag, self._arrival_tag = base_tag, base_tag + 1, base_tag + 2
-        # every field's result in the window, each at its own offset (a rank's offsets follow its
+        span = max(1, (tag_ub(self.comm) + 1) // 8)
+        base_tag = 8 * (tag % span)
+        self._arrival_tag = base_tag + _CODES
+        # every field's result in the segment, each at its own offset (a rank's offsets follow its
         # output box, which every rank knows)
         self._offsets = {r: _field_offsets(fields, r) for r in range(P)}
-        nbytes = max(self._offsets[me][-1], 1)
-        self._win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.comm)
-        self._win.Lock_all()
-        mem, _ = self._win.Shared_query(me)
-        self._base = np.frombuffer(mem, np.uint8)
-        self._peer_ptr = {}
-        for t in plan.sends:
-            m, _ = self._win.Shared_query(t.dst)
-            self._peer_ptr[t.dst] = MPI.Get_address(m)
-        # the window lives until every rank has released it and its result (see _release)
-        ctx.retire_later(self._base, tag, self._win)
+        # calls with an out= land behind the results (the plan's receive staging), small exchanges only:
+        # decided from data every rank has (the largest receive staging of any rank)
+        self._landing = 0 < fused.max_recv_staging_bytes <= LANDING_MAX and 1 < P <= COMPLETE_MAX
+        self._land_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
+        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 0)
+        self._segment, peers = _share(self.comm, max(size, 1), sorted({t.dst for t in plan.sends}))
+        self._base = np.frombuffer(self._segment, np.uint8)
+        self._peer_ptr = {dst: np.frombuffer(m, np.uint8).ctypes.data for dst, m in peers.items()}
+        self._peer_segments = peers
         start = self._base.ctypes.data
         self.results = tuple(Buffer(start + off, p.out_shape, p.out_strides, p.itemsize, "cpu", owner=self._base)
                              for p, off in zip(fields, self._offsets[me]))
         self.result = self.results[0]
         self._complete = P <= COMPLETE_MAX
+        self._status = StatusRound(MPI, self.comm, me, P, base_tag, _CODES) if self._complete else None
         self._check = None if self._complete else collective.CallCheck(self.comm)
         z = self._zero = np.zeros(1, np.uint8)
         zero = [z, 0, MPI.BYTE]
         others = [r for r in range(P) if r != me]
-        self._status_recvs = [self.comm.Recv_init(zero, r, MPI.ANY_TAG) for r in others] if self._complete else []
-        self._status_sends = [self.comm.Send_init(zero, r, self._ok_tag) for r in others] if self._complete else []
-        self._status_first = self._status_recvs + self._status_sends
-        self._statuses = [MPI.Status() for _ in self._status_recvs]
+        self._send_codes = [others.index(t.dst) for t in plan.sends]  # where each destination's status is heard
         self._arrival_recvs = [self.comm.Recv_init(zero, t.src, self._arrival_tag) for t in plan.recvs]
         self._arrival_sends = [self.comm.Send_init(zero, t.dst, self._arrival_tag) for t in plan.sends]
-        self._finish = self._arrival_recvs + self._arrival_sends + self._status_sends
-        self._others = others
+        arrivals = self._arrival_recvs + self._arrival_sends
+        # what the stores wait for, per status code sent (its status sends complete there too)
+        self._finish = [arrivals + (self._status.sends[c] if self._status else []) for c in range(_CODES)]
         self._in_ptrs = [0] * self.nfields
         self._in_owners: list = [None] * self.nfields
         self._bound = False
         self._copies: OrderedDict = OrderedDict()  # operand addresses -> (local pairs, [peer pairs])
         self._pairs = None
-        self._out: list = [None] * self.nfields  # per field: (dst_view, src_view) result -> out=, or None
-        self._outs: OrderedDict = OrderedDict()  # (field, address, strides) -> that pair
+        self._outs: list[Buffer | None] = [None] * self.nfields  # per field: the out= bound (None: the result)
+        self._has_out = False
+        self._landed: OrderedDict = OrderedDict()  # (operands, outs) -> (local, unpack) pairs into out= (landing)
+        self._land_pairs = None
+        self._inner: HostExecutable | None = None  # the messages of calls with an out= (made at the first)
         self._freed = False
 
     # -- binding ------------------------------------------------------------------------------
@@ -131,27 +168,38 @@ class PushExecutable:
         if ptr != self._in_ptrs[field] or not self._bound:
             self._in_ptrs[field] = ptr
             self._bound = True
-            self._pairs = None
+            self._pairs = self._land_pairs = None
+        if self._inner is not None:
+            self._inner.rebind_input(ptr, owner, field)
 
     def rebind_inputs(self, ptrs: Sequence[int], owners: Sequence[object]) -> None:
         for f, (ptr, owner) in enumerate(zip(ptrs, owners)):
             self.rebind_input(ptr, owner, f)
 
     def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
-        result, plan = self.results[field], self._fields[field]
-        if buf is None or buf.ptr == result.ptr and buf.strides == result.strides:
-            self._out[field] = None
+        result = self.results[field]
+        if buf is not None and buf.ptr == result.ptr and buf.strides == result.strides:
+            buf = None  # the result itself
+        self._outs[field] = buf
+        self._has_out = any(b is not None for b in self._outs)
+        if self._landing:
+            self._land_pairs = self._landed.get(self._land_key())  # None: built by the next execute
             return
-        key = (field, buf.ptr, buf.strides)
-        pair = self._outs.get(key)
-        if pair is None:
-            shape, (src, dst) = simplify(plan.out_shape, result.strides, buf.strides)
-            whole = Copy(shape, 0, src, 0, dst)  # result -> out=, runs merged where both allow
-            pair = self._outs[key] = copy_views(whole, HostBuffer(result.ptr, plan.itemsize),
-                                                HostBuffer(buf.ptr, plan.itemsize))
-            while len(self._outs) > CACHE_SIZE * self.nfields:
-                self._outs.popitem(last=False)
-        self._out[field] = pair if plan.out_elements else None
+        if buf is not None and self._inner is None:
+            self._inner = self._make_inner()
+        if self._inner is not None:
+            self._inner.bind_output(buf, field)
+
+    def _make_inner(self) -> HostExecutable:
+        """The message exchange of calls with an ``out=`` (local: lowering reserved its tags)."""
+        tag, second, data_tags = self._inner_args
+        inner = HostExecutable(self.plan, self.comm, AUTO_METHOD, tag, self._logger, second, data_tags,
+                               results=self.results, agreed=True)
+        if self._bound:
+            inner.rebind_inputs(self._in_ptrs, self._in_owners)
+        for f, buf in enumerate(self._outs):
+            inner.bind_output(buf, f)
+        return inner
 
     def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
         return out_problem(self._fields[field], buf)
@@ -164,84 +212,191 @@ class PushExecutable:
         self._in_ptrs = [0] * self.nfields
         self._bound = False
         self._copies.clear()
-        self._pairs = None
+        self._landed.clear()
+        self._pairs = self._land_pairs = None
+        if self._inner is not None:
+            self._inner.release_input()
 
     def _views(self):
-        """(local pairs, peer pairs) for the bound operand addresses, cached per addresses."""
+        """(local pairs, peer pairs, {destinations' out= bits: peer pairs}) for the bound operand
+        addresses, cached per addresses. Peer pairs store into the destinations' results; with
+        landing, a destination whose bit is set gets its slots in its landing area instead."""
         key = tuple(self._in_ptrs)
         hit = self._copies.get(key)
         if hit is None:
-            local, peers = [], []
+            local, peers, fused = [], [], self._fused
+            by_dst = [([], []) for _ in self._fields[0].sends]  # per send: (into the result, into the landing)
             for f, (p, ptr, result) in enumerate(zip(self._fields, key, self.results)):
                 src, isz = HostBuffer(ptr, p.itemsize), p.itemsize
                 if p.local:
                     local += [copy_views(piece.direct, src, HostBuffer(result.ptr, isz)) for piece in p.local.pieces]
-                peers += [copy_views(piece.direct, src, HostBuffer(self._peer_ptr[t.dst] + self._offsets[t.dst][f], isz))
-                          for t in p.sends for piece in t.pieces]
-            hit = self._copies[key] = (local, peers)
+                for i, t in enumerate(p.sends):
+                    peer = self._peer_ptr[t.dst]
+                    into = by_dst[i][0]
+                    into += [copy_views(piece.direct, src, HostBuffer(peer + self._offsets[t.dst][f], isz))
+                             for piece in t.pieces]
+                    peers += into[len(into) - len(t.pieces):]
+                    if self._landing:
+                        slot = HostBuffer(peer + self._land_off[t.dst] + fused.remote_offsets[i] + fused.send_parts[i][f],
+                                          isz)
+                        by_dst[i][1].extend(copy_views(piece.pack, src, slot) for piece in t.pieces)
+            landed = [pair for _, landing in by_dst for pair in landing]  # every destination binds an out=
+            hit = self._copies[key] = (local, peers, by_dst, {}, landed)
             while len(self._copies) > CACHE_SIZE:
                 self._copies.popitem(last=False)
         self._copies.move_to_end(key)
+        return hit
+
+    def _stores(self, heard: list[int]) -> list:
+        """The peer pairs of a landing call: into each destination's landing if it binds an out=."""
+        _, _, by_dst, modes, _ = self._pairs
+        bits = tuple(heard[k] in _WITH_OUT for k in self._send_codes)
+        pairs = modes.get(bits)
+        if pairs is None:
+            pairs = modes[bits] = [pair for (result, landing), b in zip(by_dst, bits) for pair in (landing if b else
+                                                                                                   result)]
+        return pairs
+
+    def _land_key(self) -> tuple:
+        if self.nfields == 1:
+            b = self._outs[0]
+            return self._in_ptrs[0], None if b is None else (b.ptr, b.strides)
+        return tuple(self._in_ptrs), tuple(None if b is None else (b.ptr, b.strides) for b in self._outs)
+
+    def _landed_pairs(self):
+        """(local pairs into the targets, unpack pairs from the landing into the targets) for this
+        rank's binding: every field's out=, or its result where it has none. Cached per binding."""
+        key = self._land_key()
+        hit = self._landed.get(key)
+        if hit is None:
+            fused = self._fused
+            land = self._base.ctypes.data + self._land_off[self._fields[0].rank]
+            local, unpack = [], []
+            for f, (p, ptr, result, out) in enumerate(zip(self._fields, self._in_ptrs, self.results, self._outs)):
+                target = result if out is None else out
+                q = p if out is None else p.retarget(out.strides)
+                dst, isz = HostBuffer(target.ptr, p.itemsize), p.itemsize
+                if q.local:
+                    local += [copy_views(piece.direct, HostBuffer(ptr, isz), dst) for piece in q.local.pieces]
+                for i, t in enumerate(q.recvs):
+                    slot = HostBuffer(land + fused.recv_offsets[i] + fused.recv_parts[i][f], isz)
+                    unpack += [copy_views(piece.unpack, slot, dst) for piece in t.pieces]
+            hit = self._landed[key] = (local, unpack)
+            while len(self._landed) > CACHE_SIZE:
+                self._landed.popitem(last=False)
+        self._landed.move_to_end(key)
         return hit
 
     # -- the hot path -----------------------------------------------------------------------
 
     def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
                 problem: collective.Problem | None = None) -> None:
-        """Collective, blocking: agree (status messages: also the credit), store, arrive."""
-        MPI, copyto = self._MPI, np.copyto
+        """Collective, blocking: agree (status messages: also the credit), then store or send."""
+        MPI = self._MPI
         if problem is None:
             if self._freed:
                 problem = ("InvalidStateError", "this host executable was freed")
             elif not self._bound:
                 problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
+        out = self._has_out
+        inner = self._inner
+        stale = inner is None  # a rank without its messages builds them after the round: agreed again
+        if problem is None and (self._pairs is None or out and self._landing and self._land_pairs is None
+                                or inner is not None and not inner.ready):
+            try:
+                if self._pairs is None:
+                    self._pairs = self._views()
+                if out and self._landing and self._land_pairs is None:
+                    self._land_pairs = self._landed_pairs()
+                if inner is not None:
+                    problem = inner.prepare()  # the messages this binding needs if this call sends any
+            except Exception as e:  # noqa: BLE001 -- this rank's problem, agreed below
+                problem = collective.problem(e)
         try:
-            if problem is not None:
-                self._fail(problem)
-            pairs = self._pairs
-            if pairs is None:
-                pairs = self._pairs = self._views()
-            local, peers = pairs
             if self._complete:
-                MPI.Prequest.Startall(self._status_first)
-                for d, s in local:
-                    copyto(d, s, casting="no")
-                MPI.Request.Waitall(self._status_recvs, self._statuses)
-                ok = self._ok_tag
-                for st in self._statuses:
-                    if st.Get_tag() != ok:
-                        MPI.Request.Waitall(self._status_sends)
-                        collective.agree(self.comm, None)  # a peer failed: raise its problem here too
+                st = self._status
+                if problem is not None:
+                    st.fail(problem)
+                code = WELL + out * _OUT + stale * _STALE
+                MPI.Prequest.Startall(st.first[code])
+                MPI.Request.Waitall(st.recvs, st.statuses)
+                mine = st.base + code
+                for status in st.statuses:
+                    if status.Get_tag() != mine:  # someone said something else: read every status
+                        self._heard(code, out, stale, [s.Get_tag() - st.base for s in st.statuses])
+                        return
+                if not out:  # the time loop's call: every rank stores into results
+                    self._store(code)
+                elif self._landing:  # every rank binds an out= (they all said what I said)
+                    self._land(code, True, None)
+                else:
+                    self._heard(code, out, stale, [code] * len(st.statuses))
             else:
-                self._check.check(None)
-                for d, s in local:
-                    copyto(d, s, casting="no")
-            if self._arrival_recvs:
-                MPI.Prequest.Startall(self._arrival_recvs)
-            if peers:
-                for d, s in peers:
-                    copyto(d, s, casting="no")
-                self._win.Sync()
-                MPI.Prequest.Startall(self._arrival_sends)
-            MPI.Request.Waitall(self._finish)
-            self._win.Sync()
-            for pair in self._out:
-                if pair is not None:
-                    copyto(pair[0], pair[1], casting="no")
+                messages = self._check.check(problem, flag=int(out))
+                if messages:
+                    self._send_messages(True)  # the Allreduce carries one flag: agree on every build
+                else:
+                    self._store(0)
         except MPI.Exception as e:
             raise CommunicationError(f"redist host backend (push): MPI error in execute: {e}") from e
 
-    def _fail(self, problem) -> None:
-        """This rank cannot take part: every peer learns it from the status messages; raise."""
-        MPI = self._MPI
-        if self._complete:
-            z = self._zero
-            reqs = [self.comm.Irecv([z, 0, MPI.BYTE], r, MPI.ANY_TAG) for r in self._others]
-            reqs += [self.comm.Isend([z, 0, MPI.BYTE], r, self._err_tag) for r in self._others]
-            MPI.Request.Waitall(reqs)
-            collective.agree(self.comm, problem)
+    def _heard(self, code: int, out: bool, stale: bool, heard: list[int]) -> None:
+        """The rest of a call once every status is in (``heard``: the peers' codes)."""
+        st = self._status
+        if FAILED in heard:
+            st.raise_peers(code)
+        if not (out or _WITH_OUT[0] in heard or _WITH_OUT[1] in heard):
+            self._store(code)
+        elif self._landing:
+            self._land(code, out, heard)
         else:
-            self._check.check(problem)
+            self._MPI.Request.Waitall(st.sends[code])
+            self._send_messages(stale or any((c - WELL) & _STALE for c in heard))
+
+    def _store(self, code: int) -> None:
+        """Every rank writes into results: store into the peers', arrive, copy the local part."""
+        MPI, copyto = self._MPI, np.copyto
+        local, peers = self._pairs[0], self._pairs[1]
+        if self._arrival_recvs:
+            MPI.Prequest.Startall(self._arrival_recvs)
+        if peers:
+            for d, s in peers:
+                copyto(d, s, casting="no")
+            MPI.Prequest.Startall(self._arrival_sends)
+        for d, s in local:  # after the agreement (a failed call writes nothing), while the peers store
+            copyto(d, s, casting="no")
+        MPI.Request.Waitall(self._finish[code])
+
+    def _land(self, code: int, out: bool, heard: list[int]) -> None:
+        """Some rank writes into an out= (small exchange): store into the peers' results, or landings
+        where they bind an out=; arrive; the local part, then my slots, into my out=."""
+        MPI, copyto = self._MPI, np.copyto
+        local, unpack = self._land_pairs if out else (self._pairs[0], ())
+        if self._arrival_recvs:
+            MPI.Prequest.Startall(self._arrival_recvs)
+        peers = self._pairs[4] if heard is None else self._stores(heard)
+        if peers:
+            for d, s in peers:
+                copyto(d, s, casting="no")
+            MPI.Prequest.Startall(self._arrival_sends)
+        for d, s in local:
+            copyto(d, s, casting="no")
+        MPI.Request.Waitall(self._finish[code])
+        for d, s in unpack:
+            copyto(d, s, casting="no")
+
+    def _send_messages(self, rebuild: bool) -> None:
+        """Some rank writes into an out=: the inner message exchange (agreed already)."""
+        if rebuild:  # some rank builds its messages now (after the round): that can fail, so agree once more
+            problem = None
+            try:
+                if self._inner is None:
+                    self._inner = self._make_inner()
+                problem = self._inner.prepare()
+            except Exception as e:  # noqa: BLE001
+                problem = collective.problem(e)
+            collective.agree(self.comm, problem)
+        self._inner.exchange()
 
     def graph(self, stream: int = 0) -> int:
         raise NotSupportedError("graph() is only available for CUDA execution (this is the MPI host backend)")
@@ -256,29 +411,38 @@ class PushExecutable:
     # -- lifetime -----------------------------------------------------------------------------
 
     def release_workspace(self) -> None:
-        """Nothing to release: push has no staging."""
+        """Push has no staging; the messages of out= calls drop theirs."""
+        if self._inner is not None:
+            self._inner.release_workspace()
 
     def detach_result(self) -> None:
-        """The result (a view of the shared window) stays valid while the caller holds it."""
+        """The result (a view of the own segment) stays valid while the caller holds it."""
 
     def free(self) -> None:
-        """Free the requests (local, idempotent); the window goes once its result is dropped too."""
+        """Release everything (local, idempotent): requests, the inner messages, the mappings of
+        the peers' segments; the own segment goes once the last result array over it is dropped."""
         if self._freed:
             return
         self._freed = True
         if not self._MPI.Is_finalized():
-            for r in self._status_first + self._arrival_recvs + self._arrival_sends:
+            for r in self._arrival_recvs + self._arrival_sends:
                 r.Free()
+            if self._status is not None:
+                self._status.free()
             if self._check is not None:
                 self._check.free()
-        self._status_first = self._status_recvs = self._status_sends = []
-        self._arrival_recvs = self._arrival_sends = self._finish = []
+        if self._inner is not None:
+            self._inner.free()
+            self._inner = None
+        self._arrival_recvs = self._arrival_sends = []
+        self._finish = []
         self._copies.clear()
-        self._outs.clear()
-        self._pairs = None
-        self._out = [None] * self.nfields
+        self._landed.clear()
+        self._pairs = self._land_pairs = None
+        self._outs = [None] * self.nfields
         self._in_owners = [None] * self.nfields
-        self._base = None
+        self._peer_ptr, self._peer_segments = {}, {}
+        self._base = self._segment = None
         self.result = None  # type: ignore[assignment]  # freed: nothing to read any more
         self.results = ()
 
@@ -294,7 +458,8 @@ class PushExecutable:
         agreement = "status messages to every rank" if self._complete else "one Allreduce"
         lines = [
             f"redist host executable rank {p.rank}/{p.nranks} method=push (one node: peers store into each "
-            f"other's results in an MPI shared window; agreement and credit: {agreement}; arrival messages)",
+            f"other's results in shared memory; agreement and credit: {agreement}; arrival messages; calls with "
+            f"an out= {'land in shared memory, then copy' if self._landing else 'send MPI messages straight into it'})",
             f"  plan key={self.plan.key} itemsize={'/'.join(str(q.itemsize) for q in self._fields)} "
             f"out_order={p.out_order}{'' if self.nfields == 1 else f', {self.nfields} fields in one round'} "
             f"stores {sum(t.nbytes for q in self._fields for t in q.sends)} B into {len(p.sends)} peer(s), "
@@ -315,12 +480,54 @@ class PushExecutable:
         return f"<PushExecutable rank={p.rank}/{p.nranks} fields={self.nfields}>"
 
 
+def _share(comm: MPI.Intracomm, nbytes: int, peers: Sequence[int]) -> tuple[mmap.mmap, dict[int, mmap.mmap]]:
+    """Collective: this rank's shared segment of ``nbytes`` (zeroed), and its mappings of the
+    segments of ``peers``. Each rank creates a file in /dev/shm, every rank maps the files it
+    needs, then each unlinks its own: no name outlives this call, and the memory goes back to the
+    system when the last mapping of it is dropped. Any failure raises on every rank."""
+    path = None
+    try:
+        with collective.attempt(comm) as step:
+            path = os.path.join(SHM_DIR, f"redist-{os.getpid()}-{next(_names)}-{secrets.token_hex(4)}")
+            own = _map(path, nbytes, create=True)
+            step.payload = path
+        paths = step.gathered
+        mapped = {}
+        with collective.attempt(comm):
+            for r in peers:
+                mapped[r] = _map(paths[r], nbytes=0, create=False)
+        return own, mapped
+    finally:
+        if path is not None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # never created (this rank failed first)
+                pass
+
+
+def _map(path: str, nbytes: int, create: bool) -> mmap.mmap:
+    """Map ``path`` (created with ``nbytes`` of reserved memory, or an existing one), close the file."""
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if create:
+            try:
+                os.posix_fallocate(fd, 0, nbytes)  # reserved now: a full /dev/shm fails here, never as SIGBUS later
+            except OSError as e:
+                raise NotSupportedError(
+                    f"host method 'push' could not reserve {nbytes} bytes of shared memory in {SHM_DIR} ({e}); "
+                    "enlarge it (docker: --shm-size) or use host_method='hybrid'") from None
+        return mmap.mmap(fd, 0 if not create else nbytes)
+    finally:
+        os.close(fd)
+
+
 SHM_DIR = "/dev/shm"
-SHM_MARGIN = 64 << 20  # what MPI and others keep in /dev/shm beside the windows
+SHM_MARGIN = 64 << 20  # what MPI and others keep in /dev/shm beside the segments
 
 
 def _field_offsets(fields, rank: int) -> list[int]:
-    """Where each field's result starts in rank ``rank``'s window (64-byte aligned), then its size."""
+    """Where each field's result starts in rank ``rank``'s segment (64-byte aligned), then its size."""
     offsets, off = [], 0
     n = geo.volume(fields[0].out_boxes[rank])
     for p in fields:
@@ -333,8 +540,7 @@ def push_problem(comm: MPI.Intracomm, plan: Plan | FusedPlan) -> str | None:
     """Collective: why "push" cannot serve ``plan`` on ``comm`` (None when it can).
 
     Every rank must share memory with every other (one node), and the node's shared-memory
-    file system must hold every rank's result (a window larger than /dev/shm would crash the
-    first store with SIGBUS). Decided from data gathered from every rank.
+    file system must hold every rank's result. Decided from data gathered from every rank.
     """
     import os
 

@@ -10,6 +10,7 @@ tests/mpi/workers/bad_input_worker.py: a hang, a crash or a wrong result fails t
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,7 +95,8 @@ def _boxes_with(env, bad):
     return a, (tuple(lo), tuple(hi))
 
 
-@case((errors.InvalidValueError, r"The global number of elements is incompatible .*; rank 0 box .* overlaps rank {last} box"))
+@case((errors.InvalidValueError, r"The global number of elements is incompatible .*; rank 0 box .* overlaps rank {last} box .*"
+                                 r"need allow_overlap=True"))
 def box_overlap_last(env):
     a, box = _boxes_with(env, lambda lo, hi: ([0] + lo[1:], hi))
     Redistribute(a, box, Slab.Y)
@@ -117,6 +119,20 @@ def box_negative_last(env):
 def box_inverted_last(env):
     a, box = _boxes_with(env, lambda lo, hi: (lo[:2] + [4], hi[:2] + [2]))
     Redistribute(np.zeros((1, 1, 1)) if env.is_last() else a, box, Slab.Y)
+
+
+@case((errors.InvalidValueError, r"rank {last}: The upper coordinates must be larger than the lower coordinates.*lower > upper on axis 2"))
+def box_object_inverted_last(env):
+    """A Box object (not a tuple) built wrong on one rank: checked inside Redistribute's agreement."""
+    a, box = _boxes_with(env, lambda lo, hi: (lo[:2] + [4], hi[:2] + [2]))
+    Redistribute(np.zeros((1, 1, 1)) if env.is_last() else a, redist.Box(*box), Slab.Y)
+
+
+@case((errors.InvalidValueError, r"rank {last}: invalid Box: box coordinates must be integers, got 0.5"))
+def box_object_float_output_last(env):
+    a, _ = operand(env)
+    ob = Slab.Y.box(env.rank, SHAPE, nranks=env.P).as_tuple()
+    Redistribute(a, Slab.X, redist.Box((0.5,) + ob[0][1:], ob[1]) if env.is_last() else redist.Box(*ob))
 
 
 @case((errors.InvalidValueError, r"rank {last} input box .* coordinate >= 2\*\*62"))
@@ -370,7 +386,8 @@ def overlap_output_outside_last(env):
     Redistribute(a, Slab.X, out, options=OVERLAP)
 
 
-@case((errors.InvalidValueError, r"the output boxes do not tile the global array exactly: rank 0 box .* overlaps rank 1 box"))
+@case((errors.InvalidValueError, r"the output boxes do not tile the global array exactly: rank 0 box .* overlaps rank 1 box"
+                                 r".*overlap on purpose .* need allow_overlap=True"))
 def overlap_without_the_option(env):
     a, _ = operand(env)
     Redistribute(a, Slab.X, FULL)
@@ -513,6 +530,24 @@ def broadcast_operand_zero_strides(env):
 
 
 @case(OK)
+def broadcast_operand_on_one_rank_2d(env):
+    """``np.broadcast_to(a[:1], a.shape)`` (strides (0, 8)) on the last rank only, C operands
+    elsewhere, result_layout="auto": a zero-stride axis fits either order, the result is C."""
+    shape = (7, 5)
+    g = global_values(shape, np.float64)
+    a = np.ascontiguousarray(g[sl(Slab.X.box(env.rank, shape, nranks=env.P))])
+    if env.is_last():
+        a = np.broadcast_to(a[:1], a.shape)
+    with Redistribute(a, Slab.X, Slab.Y) as r:
+        r.plan()
+        held = g.copy()
+        lo, hi = Slab.X.box(env.last, shape, nranks=env.P)
+        held[lo[0]:hi[0]] = g[lo[0]]
+        env.check(r.layout == "C" and same_bits(r.execute(), held[sl(Slab.Y.box(env.rank, shape, nranks=env.P))]),
+                  "broadcast rows on one rank: wrong data")
+
+
+@case(OK)
 def readonly_operand(env):
     a, g = operand(env)
     a.setflags(write=False)
@@ -531,6 +566,24 @@ def empty_boxes_on_some_ranks(env):
         env.check(same_bits(r.execute(), g[sl(Slab.Z.box(env.rank, shape, nranks=env.P))]), "empty boxes")
 
 
+@case(OK)
+def torch_empty_output_boxes(env):
+    """torch operands of 4-byte elements where some ranks' output boxes are empty (Slab.Y of 1
+    column; gather onto rank 0): the empty results are typed torch tensors."""
+    import torch
+
+    shape = (4, 1)
+    g = global_values(shape, np.float32)
+    a = torch.from_numpy(np.ascontiguousarray(g[sl(Slab.X.box(env.rank, shape, nranks=env.P))]))
+    res = redist.redistribute(a, Slab.X, Slab.Y)
+    env.check(isinstance(res, torch.Tensor) and res.dtype == torch.float32, f"result {type(res)}")
+    env.check(same_bits(res.numpy(), g[sl(Slab.Y.box(env.rank, shape, nranks=env.P))]), "Slab.Y of one column")
+    full = ((0, 0), shape)
+    root = full if env.rank == 0 else ((0, 0), (0, 0))
+    res = redist.redistribute(a, Slab.X, root, options=OVERLAP)
+    env.check(same_bits(res.numpy(), g if env.rank == 0 else g[:0, :0]), "gather onto rank 0")
+
+
 @case((errors.NotSupportedError, r"'alltoallw'"))
 def alltoallw_negative_strides_last(env):
     a, _ = operand(env)
@@ -542,11 +595,89 @@ def alltoallw_negative_strides_last(env):
 
 @case(OK)
 def every_host_method_works(env):
+    for m in host_methods():
+        r, a, g = planned_with(env, m)
+        right(env, r.execute(), g, m)
+        r.free()
+
+
+def host_methods():
+    """Every host method; push twice: calls with an out= landing in shared memory (small
+    exchanges, like these) and as messages (``LANDING_MAX`` lowered to 0 while it is planned)."""
     from redist.engine.host import available_methods
 
-    for m in ("auto", "push") + available_methods():
-        r, a, g = planned(env, options={"host_method": m})
-        right(env, r.execute(), g, m)
+    return ("auto", "push", "push-messages") + available_methods()
+
+
+@contextlib.contextmanager
+def push_messages():
+    """Objects planned inside send the data of out= calls as messages (push's larger exchanges)."""
+    from redist.engine.host import push
+
+    landing = push.LANDING_MAX
+    push.LANDING_MAX = 0
+    try:
+        yield
+    finally:
+        push.LANDING_MAX = landing
+
+
+def planned_with(env, method, dtype=np.float64):
+    """``planned`` with host_method ``method`` (one of :func:`host_methods`)."""
+    with push_messages() if method == "push-messages" else contextlib.nullcontext():
+        return planned(env, dtype, options={"host_method": method.split("-")[0]})
+
+
+def _refused(env, call, cls, text, what):
+    """``call()`` raises ``cls`` mentioning ``text`` (the last rank at fault), on this rank."""
+    try:
+        call()
+        env.check(False, f"{what}: nothing raised")
+    except cls as e:
+        env.check(f"rank {env.last}" in str(e) and text in str(e), f"{what}: {e}")
+
+
+@case(OK)
+def failed_calls_change_no_byte(env):
+    """A call that raises (the last rank's out= is read-only; the last rank's operand is
+    released) changes no byte of any rank's out= or engine-owned result, with every host
+    method; the operand was rebound to new data first, so any write would show."""
+    for m in host_methods():
+        r, a, g = planned_with(env, m)
+        res = r.execute()
+        kept = res.copy()
+        r.reset_operand(a * 2)
+        out = np.full(res.shape, 7.0)
+        if env.is_last():
+            out.setflags(write=False)
+        _refused(env, lambda: r.execute(out=out), errors.InvalidValueError, "read-only", f"{m}, read-only out=")
+        env.check((out == 7.0).all(), f"{m}: a refused call wrote into out=")
+        env.check(same_bits(res, kept), f"{m}: a refused call wrote into the result")
+        if env.is_last():
+            r.release_operand()
+        _refused(env, r.execute, errors.InvalidStateError, "released", f"{m}, released operand")
+        env.check(same_bits(res, kept), f"{m}: a refused execute() wrote into the result")
+        if env.is_last():
+            r.reset_operand_unchecked(a * 2)
+        right(env, r.execute() / 2, g, f"{m}, after the refused calls")
+        r.free()
+
+
+@case(OK)
+def out_never_touches_the_result(env):
+    """``b = r.execute(); r.reset_operand(a2); r.execute(out=X)`` leaves b as it was (every host
+    method; out= on every rank, then on rank 0 only); the next plain execute() updates b."""
+    for m in host_methods():
+        r, a, g = planned_with(env, m)
+        b = r.execute()
+        kept = b.copy()
+        for k, who in ((2, range(env.P)), (4, (0,))):  # powers of two: exact
+            r.reset_operand(a * k)
+            x = np.full(b.shape, -1.0)
+            got = r.execute(out=x if env.rank in who else None)
+            right(env, got / k, g, f"{m}: out= on ranks {list(who)}")
+            env.check(same_bits(b, kept) if env.rank in who else got is b, f"{m}: execute(out=) changed the result")
+        right(env, r.execute() / 4, g, f"{m}: the result after")
         r.free()
 
 
@@ -692,6 +823,32 @@ def out_device_memory_for_host_operand_last(env):
     res = np.empty(want(env, g).shape)
     r.execute(out=RawArray(res.ctypes.data, res.shape, None, 8, memory="cuda" if env.is_last() else "cpu",
                            device_id=0, dtype=res.dtype, owner=res))
+
+
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= has shape \(5, \d, 8\), expected \(8, \d, 5\)"))
+def out_reshaped_in_place_last(env):
+    """The same out= object, reshaped in place (``out.shape = ...``) after its first use on the last
+    rank: checked anew, not taken from the per-object cache."""
+    r, a, g = planned(env)
+    out = np.empty_like(r.execute())
+    r.execute(out=out)
+    if env.is_last():
+        out.shape = out.shape[::-1]
+    r.execute(out=out)
+
+
+@case(OK)
+def out_reshaped_and_back(env):
+    """An out= reshaped in place and back, and one re-typed in place and back: right data every time."""
+    r, a, g = planned(env)
+    out = np.empty_like(r.execute())
+    for it in range(3):
+        out[...] = -1
+        right(env, r.execute(out=out), g, f"iteration {it}")
+        out.shape = out.shape[::-1]
+        out.shape = out.shape[::-1]
+        out.dtype = np.int64
+        out.dtype = np.float64
 
 
 @case(OK)
@@ -972,6 +1129,13 @@ def fields_every_kind_of_call(env):
 
 
 @case(OK)
+def fields_every_kind_of_call_push_messages(env):
+    """The same calls with push sending the data of out= calls as messages."""
+    with push_messages():
+        fields_every_kind_of_call(env)
+
+
+@case(OK)
 def fields_every_host_method(env):
     from redist.engine.host import available_methods
 
@@ -1169,6 +1333,37 @@ def fields_unchecked_field_after_release(env):
     r, ops, gs = planned_fields(env)
     r.release_operand()
     r.reset_operand_unchecked(ops[1], field=1)
+
+
+@case(OK)
+def fields_unchecked_field_out_of_range_last(env):
+    """reset_operand_unchecked(field=-1 / 3 / True) on the last rank: refused there (it is local, as the
+    C ABI's range check), nothing rebound; the next execute is right on every rank."""
+    r, ops, gs = planned_fields(env)
+    if env.is_last():
+        for bad in (-1, 3, True, 1.0):
+            try:
+                r.reset_operand_unchecked(np.zeros_like(ops[2]), field=bad)
+                env.check(False, f"field={bad!r} accepted")
+            except errors.InvalidValueError as e:
+                env.check(f"field must be an int in [0, 3), got {bad!r}" in str(e), str(e))
+        env.check(len(r.operand) == 3 and all(x is o for x, o in zip(r.operand, ops)), "the operand tuple changed")
+    right_fields(env, r.execute(), gs, "after the refused rebinds")
+
+
+@case(OK)
+def fields_in_the_nvmath_namespace(env):
+    """redist.distribution's Redistribute (result="fresh") refuses several fields with advice that
+    works there: result="persistent" (or redist.Redistribute), which then moves them."""
+    ops, gs = fields(env)
+    try:
+        redist.distribution.Redistribute(ops, Slab.X, Slab.Y)
+        env.check(False, "fields accepted with result='fresh'")
+    except errors.NotSupportedError as e:
+        env.check("pass out=" not in str(e) and 'result="persistent"' in str(e), str(e))
+    with redist.distribution.Redistribute(ops, Slab.X, Slab.Y, options={"result": "persistent"}) as r:
+        r.plan()
+        right_fields(env, r.execute(), gs, "the advice followed")
 
 
 @case((errors.InvalidValueError, r"field= needs a Redistribute of several fields"))

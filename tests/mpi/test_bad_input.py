@@ -25,3 +25,13 @@ def test_bad_input(mpirun, name, nprocs):
     if missing:
         pytest.skip(f"needs {', '.join(missing)}")
     mpirun(nprocs, "bad_input_worker.py", name, timeout=WATCHDOG_S)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_single_rank_corruptions_property(mpirun, nprocs):
+    """Hypothesis over random valid problems with at most one corruption on one rank (operand,
+    boxes, options, out=, field index, call sequence), every host method
+    (tests/mpi/workers/property_worker.py): every rank raises the same error or none does, and a
+    failed call changes no byte of any rank's operand, result or out=."""
+    res = mpirun(nprocs, "property_worker.py", 150, timeout=300)
+    assert "150 examples" in res.stdout

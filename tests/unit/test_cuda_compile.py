@@ -1829,3 +1829,47 @@ def test_reap_frees_retired_memory_once_no_rank_holds_it():
         assert freed[r] == [("sym", 0x300), ("dev", 0x200), ("sym", 0x100)] and not rt._retired
 
     _run_threads(2, rank)
+
+
+@pytest.mark.parametrize("transport", ["push", "put"])
+def test_out_and_failed_calls_leave_the_result_alone_on_a_simulated_job(transport):
+    """Issue #22 on the CUDA executable: execute with an out= writes the out= only (the engine-owned
+    result keeps the previous call's bytes); a call that fails on one rank launches nothing and
+    changes neither the result nor any rank's out=."""
+    p, gshape, itemsize = 2, (5, 6, 4), 8
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    G1, G2 = global_bytes(gshape, itemsize, 1), global_bytes(gshape, itemsize, 2)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        plan = make_plan(r, ib, ob, itemsize=itemsize)
+        exe = _lower(rt, plan, transport=transport)
+        exe.graphs = False
+        ops = []
+        for G in (G1, G2):
+            a = operand_bytes(G, ib[r], geo.dense_strides(geo.box_shape(ib[r])), itemsize)
+            ops.append(rt.dev_alloc(len(a)))
+            rt.hub.write(ops[-1], a)
+        want = [expected_bytes(G, ob[r], "C") for G in (G1, G2)]
+        out = rt.sym_alloc(exe.result_bytes, owner="user")
+        exe.rebind_input(ops[0])
+        exe.execute(0)
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(exe.result_ptr, len(want[0])), want[0])
+        exe.rebind_input(ops[1])
+        exe.bind_output(_device_buffer(out, plan.out_shape, itemsize))
+        exe.execute(0)
+        rt.comm.allgather(None)
+        assert np.array_equal(rt.hub.read(out, len(want[1])), want[1])
+        assert np.array_equal(rt.hub.read(exe.result_ptr, len(want[0])), want[0]), "out= wrote the result"
+        exe.bind_output(None)
+        launches = rt.driver.launches
+        with pytest.raises(InvalidValueError, match="rank 1: planted"):
+            exe.execute(0, problem=("InvalidValueError", "planted") if r == 1 else None)
+        assert rt.driver.launches == launches
+        assert np.array_equal(rt.hub.read(exe.result_ptr, len(want[0])), want[0]), "a failed call wrote the result"
+        assert np.array_equal(rt.hub.read(out, len(want[1])), want[1]), "a failed call wrote the out="
+        rt.comm.allgather(None)
+        exe.free()
+
+    _run_threads(p, rank)

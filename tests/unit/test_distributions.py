@@ -88,8 +88,14 @@ def test_box_equality_hash_str():
     ],
 )
 def test_box_rejects(lower, upper, match):
-    with pytest.raises(InvalidValueError, match=match):
-        Box(lower, upper)
+    """A bad Box constructs (so one rank's bad box cannot leave the others waiting in a
+    collective) and raises at its first use; Redistribute raises it on every rank."""
+    b = Box(lower, upper)
+    assert repr(b).startswith("Box(lower=") and b == Box(lower, upper) and b != Box((0, 0), (1, 1))
+    for use in (lambda: b.lower, lambda: b.upper, lambda: b.box_shape, lambda: b.as_tuple(), lambda: tuple(b),
+                lambda: b.shape(), lambda: b.box(), lambda: b._bind((4, 4)), lambda: b.to(Box, ndim=3)):
+        with pytest.raises(InvalidValueError, match=match):
+            use()
 
 
 def test_box_to_box_promotes():

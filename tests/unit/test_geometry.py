@@ -235,6 +235,14 @@ def test_layout_candidates_padded_and_permuted():
     assert geo.layout_candidates(p.shape, [s // 2 for s in p.strides]) == ("C", "F")
 
 
+@pytest.mark.parametrize("strides, want", [((0, 1), ("C", "F")), ((1, 0), ("C", "F")), ((0, 0), ("C", "F")),
+                                           ((0, 5, 1), ("C",)), ((1, 0, 4), ("F",))])
+def test_layout_candidates_broadcast_axes_fit_either_order(strides, want):
+    """A zero-stride (broadcast) axis reads the same elements at every index: it fits both orders."""
+    shape = (4, 5) if len(strides) == 2 else (4, 5, 6)
+    assert geo.layout_candidates(shape, strides) == want
+
+
 def test_geometry_plan_validate_import_no_mpi_cuda_cffi():
     code = (
         "import redist.engine.plan, redist.engine.validate, redist.engine.reference, "

@@ -79,7 +79,7 @@ def test_box_binding_and_peer_shape():
         Box((0, 0), (2, 4))._bind((4, 4), shape=(4, 4))
     with pytest.raises(ValueError, match=r"The upper coordinates must be larger than the lower coordinates, but got "
                                          r"lower=\(2, 2\) upper=\(0, 0\)"):
-        Box((2, 2), (0, 0))
+        Box((2, 2), (0, 0)).shape()  # checked at first use (redist.Redistribute: on every rank)
     assert b.to(Box, ndim=3) == Box((0, 0, 0), (2, 4, 1)) and b.to(Box, ndim=3)._bound
     with pytest.raises(ValueError, match="is not a valid distribution"):
         b.to(int)

@@ -130,7 +130,8 @@ def errors():
         layout = np.ones((4, 3)) if rank == 0 else np.asfortranarray(np.ones((4, 3)))
         rep.expect_error(lambda: redist.distribution.redistribute(layout, Slab.X, Slab.Y), ValueError,
                          "The input memory layout is not C or Fortran, or is inconsistent across processes", "layout")
-    rep.expect_error(lambda: Box((2, 2), (0, 0)), ValueError,
+    rep.expect_error(lambda: redist.distribution.redistribute(np.ones((2, 2)), Box((2, 2), (0, 0)),
+                                                              Box((0, 0), (2, 2))), ValueError,
                      r"The upper coordinates must be larger than the lower coordinates, but got lower=\(2, 2\) "
                      r"upper=\(0, 0\)", "Box corners")
     a = np.ones((3, 4))

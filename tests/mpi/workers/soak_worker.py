@@ -18,19 +18,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from helpers import Report, global_values, same_bits, sl  # noqa: E402
+from helpers import Report, global_values, open_fds, rss_mib, same_bits, sl  # noqa: E402
 
 import redist  # noqa: E402
 from redist import Redistribute, Slab  # noqa: E402
 
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def main() -> int:
@@ -60,11 +52,11 @@ def main() -> int:
     for k in range(warm):
         one(k)
     gc.collect()
-    base_rss, base_fds = rss_mib(), fds()
+    base_rss, base_fds = rss_mib(), open_fds()
     for k in range(warm, objects):
         one(k)
     gc.collect()
-    rss1, fds1 = rss_mib(), fds()
+    rss1, fds1 = rss_mib(), open_fds()
     report.check(fds1 - base_fds <= 4, f"{objects} dropped objects: open descriptors {base_fds} -> {fds1}")
     report.check(rss1 - base_rss <= 32, f"{objects} dropped objects: RSS {base_rss:.1f} -> {rss1:.1f} MiB")
 
@@ -77,14 +69,14 @@ def main() -> int:
         r.reset_operand_unchecked(bufs[i % 3])
         r.execute(out=outs[i % 2])
     gc.collect()
-    base_rss, base_fds = rss_mib(), fds()
+    base_rss, base_fds = rss_mib(), open_fds()
     for i in range(executes):
         r.reset_operand_unchecked(bufs[i % 3])
         res = r.execute(out=outs[i % 2] if i % 5 else None)
         if i % 9973 == 0:
             report.check(same_bits(res, wants[i % 3]), f"execute {i}: wrong result")
     gc.collect()
-    rss2, fds2 = rss_mib(), fds()
+    rss2, fds2 = rss_mib(), open_fds()
     report.check(fds2 == base_fds, f"{executes} executes: open descriptors {base_fds} -> {fds2}")
     report.check(rss2 - base_rss <= 8, f"{executes} executes: RSS {base_rss:.1f} -> {rss2:.1f} MiB")
     r.free()

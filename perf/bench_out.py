@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The host exchange with and without ``out=``: the engine-owned result vs the user's own arrays.
+
+    mpiexec -n P python perf/bench_out.py [--sizes 32 256] [--reps 15] [--methods auto hybrid]
+                                          [--dtype float64] [--json FILE]
+
+Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side by side:
+
+* ``result``  -- ``execute()``: the engine-owned result (push: peers store into it)
+* ``out=``    -- ``execute(out=...)`` alternating between two arrays of the caller (a double-
+                 buffered time loop)
+* ``copy``    -- the floor of a local exchange: one numpy copy of this rank's output box
+
+``--methods`` takes host methods, and ``push-messages``: push with the data of out= calls sent as
+messages whatever the size (``LANDING_MAX`` 0 while it is planned; where landing stops paying).
+Every variant is checked against the expected result first. A repetition times every variant
+once, interleaved (calls per timing chosen so that one timing lasts >= 20 ms; barrier before,
+the slowest rank counts); the table gives the median over ``--reps`` repetitions in ms per call
+and ``out=/result``. Run it with another checkout on ``PYTHONPATH`` to compare versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import redist
+from redist import Redistribute, Slab
+
+try:
+    from redist.engine.host import push
+except ImportError:  # a checkout without it
+    push = None
+
+
+def plan_with(r, method: str) -> None:
+    """``r.plan()``; "push-messages": with push's landing of out= calls turned off."""
+    if push is None or not hasattr(push, "LANDING_MAX"):  # an older checkout: nothing to turn off
+        r.plan()
+        return
+    landing = push.LANDING_MAX
+    push.LANDING_MAX = 0 if method == "push-messages" else landing
+    try:
+        r.plan()
+    finally:
+        push.LANDING_MAX = landing
+
+
+def timed(fn, comm, calls: int) -> float:
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return max(comm.allgather((time.perf_counter() - t0) / calls))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[32, 256])
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--methods", nargs="+", default=["auto", "hybrid"])
+    ap.add_argument("--dtype", default="float64")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    rank, P = comm.rank, comm.size
+    rows = []
+    for n in args.sizes:
+        shape = (n, n, n)
+        ib, ob = Slab.X.box(rank, shape, nranks=P), Slab.Y.box(rank, shape, nranks=P)
+        g = np.arange(np.prod(shape), dtype=np.int64).reshape(shape).astype(args.dtype)
+        a = np.ascontiguousarray(g[tuple(slice(lo, hi) for lo, hi in zip(*ib))])
+        want = g[tuple(slice(lo, hi) for lo, hi in zip(*ob))]
+        outs = [np.empty(want.shape, args.dtype), np.empty(want.shape, args.dtype)]
+        scratch = np.empty(want.shape, args.dtype)
+        variants = {}
+        objs = []
+        for m in args.methods:
+            r = Redistribute(a, Slab.X, Slab.Y, options={"host_method": m.split("-")[0]})
+            plan_with(r, m)
+            objs.append(r)
+            method = getattr(r._exe, "method", m)
+            ok = np.array_equal(r.execute(), want) and np.array_equal(r.execute(out=outs[0]), want)
+            if not comm.allreduce(ok, MPI.LAND):
+                raise SystemExit(f"{m}: wrong result")
+            state = {"i": 0}
+
+            def out_call(r=r, state=state):
+                state["i"] ^= 1
+                r.execute(out=outs[state["i"]])
+
+            variants[f"{m} ({method}) result"] = r.execute
+            variants[f"{m} ({method}) out="] = out_call
+        variants["copy"] = lambda: np.copyto(scratch, want)
+        calls = {}
+        for k, fn in variants.items():  # calls per timing: >= 20 ms
+            t = timed(fn, comm, 3)
+            calls[k] = max(1, int(comm.bcast(0.02 / max(t, 1e-7))))
+        times = {k: [] for k in variants}
+        for _ in range(args.reps):
+            for k, fn in variants.items():
+                times[k].append(timed(fn, comm, calls[k]))
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        for k, v in med.items():
+            base = k.replace(" out=", " result")
+            rows.append({"n": n, "P": P, "variant": k, "ms": v, "vs_result": v / med[base] if base in med else None})
+        for r in objs:
+            r.free()
+    if rank == 0:
+        print(f"# redist {redist.__file__}: P={P}, Slab.X -> Slab.Y {args.dtype}, median of {args.reps} interleaved "
+              f"repetitions; {MPI.Get_library_version().splitlines()[0].strip()}")
+        print("| N | variant | ms per call | / result |")
+        print("|---|---|---|---|")
+        for row in rows:
+            ratio = "" if row["vs_result"] is None else f"{row['vs_result']:.2f}"
+            print(f"| {row['n']} | {row['variant']} | {row['ms']:.4f} | {ratio} |")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
