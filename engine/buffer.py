@@ -68,7 +68,9 @@ class Buffer:
         return self.ptr + lo, self.ptr + hi
 
     def overlaps(self, other: Buffer) -> bool:
-        """True when both live in the same memory space and share at least one byte."""
+        """True when both live in the same memory space and their address ranges intersect
+        (conservative: interleaved buffers that share no byte, such as ``z.real`` and ``z.imag``,
+        count as overlapping)."""
         if self.memory != other.memory or self.device_id != other.device_id:
             return False
         a0, a1 = self.address_range()

@@ -144,6 +144,11 @@ def wrap(obj) -> Operand:
         dev = obj.device
         if dev.type not in ("cpu", "cuda"):
             raise NotSupportedError(f"torch tensors on {dev.type!r} are not supported (cpu or cuda only)")
+        if obj.is_conj() or obj.is_neg():  # a lazy flag over the memory, which redist moves as it is
+            flag, query = ("conjugate", "conj") if obj.is_conj() else ("negation", "neg")
+            raise InvalidValueError(
+                f"the torch tensor carries a lazy {flag} (is_{query}() is True): its memory does not hold "
+                f"the values it shows, and redist moves memory; pass t.resolve_{query}() (a copy with the values)")
         shape = tuple(obj.shape)
         cuda = dev.type == "cuda"
         name = str(obj.dtype).replace("torch.", "")
@@ -181,7 +186,7 @@ def layout_signature(obj) -> tuple:
     if isinstance(obj, RawArray):
         return obj.ptr, obj.shape, obj.strides, obj.itemsize, obj.memory, obj.device_id, obj.dtype, obj.readonly
     if package_of(obj) == "torch":
-        return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device
+        return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device, obj.is_conj(), obj.is_neg()
     return obj.data.ptr, obj.shape, obj.strides, obj.dtype  # cupy
 
 

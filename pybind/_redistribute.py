@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import enum
 import functools
 import logging
@@ -52,6 +53,11 @@ def _as_distribution(d, which: str) -> Distribution:
     if isinstance(d, Box):
         return d._valid()  # a Box made with bad coordinates raises here, inside the agreement
     if isinstance(d, Distribution):
+        try:  # the ranks compare distributions by gathering them: one that cannot travel must fail here
+            pickle.dumps(d)
+        except Exception as e:  # noqa: BLE001 -- whatever pickling raises, said as a redist error
+            raise InvalidValueError(f"{which}_distribution {type(d).__name__} cannot be sent to the other ranks "
+                                    f"(pickling it raised {type(e).__name__}: {e})") from e
         return d
     if isinstance(d, (tuple, list)) and len(d) == 2:  # a raw (lower, upper) pair, e.g. from the C ABI
         return Box(*d)._valid()
@@ -410,15 +416,29 @@ class Redistribute(Generic[ArrayT]):
             p = self._bind_out(out, 0)
             if p is not None and problem is None:
                 problem = p
-        if self._logger.isEnabledFor(logging.DEBUG):  # per call: DEBUG (a time loop would flood INFO)
-            t0 = time.perf_counter()
-            exe.execute(s, sync_symmetric_memory, release_workspace, problem)
-            self._logger.debug("execute: %.3f ms on %s (%s)", (time.perf_counter() - t0) * 1e3, self.execution_space,
-                              "blocking" if self._backend == "host" or self._options.blocking is True else
-                              "asynchronous")
-        else:
-            exe.execute(s, sync_symmetric_memory, release_workspace, problem)
+        try:
+            if self._logger.isEnabledFor(logging.DEBUG):  # per call: DEBUG (a time loop would flood INFO)
+                t0 = time.perf_counter()
+                exe.execute(s, sync_symmetric_memory, release_workspace, problem)
+                self._logger.debug("execute: %.3f ms on %s (%s)", (time.perf_counter() - t0) * 1e3,
+                                   self.execution_space, "blocking" if self._backend == "host" or
+                                   self._options.blocking is True else "asynchronous")
+            else:
+                exe.execute(s, sync_symmetric_memory, release_workspace, problem)
+        except BaseException:
+            self._unbind_outs()  # a refused call keeps no out= it was given (it wrote none)
+            raise
         return target
+
+    def _unbind_outs(self) -> None:
+        """Bind every field back to its engine-owned result (what a call without out= does)."""
+        if self._exe is None or self._state is not _State.READY:
+            return
+        for f, o in enumerate(self._outs):
+            if o is not None:
+                self._exe.bind_output(None, f)
+                self._outs[f] = None
+        self._outs_bound = False
 
     def _host_capture_problem(self, stream) -> collective.Problem | None:
         """Why a host exchange cannot take ``stream`` (it is capturing a CUDA graph), or None."""
@@ -496,7 +516,10 @@ class Redistribute(Generic[ArrayT]):
             if checked:
                 _, _, buf, lo, hi = hit
             else:
-                op = wrap(out)
+                try:
+                    op = wrap(out)
+                except InvalidValueError as e:  # e.g. strides, a lazy torch flag: said of the out=
+                    return self._out_failed(f"out= is refused: {e}", field)
                 t = self._templates[field]
                 if op.package != t.package:
                     return self._out_failed(f"out= must be a {t.package} array like the operand, got {op.package}",
@@ -553,15 +576,15 @@ class Redistribute(Generic[ArrayT]):
         return None
 
     def _alias_problem(self, op: Operand) -> str | None:
-        """Why ``op`` cannot be read while this object writes its outputs, or None."""
+        """Why ``op`` cannot be read while this object writes its outputs, or None. The engine-owned
+        results only: an out= is checked against the operand by the execute() that passes it, so
+        the out= of the last call may become the next operand (a ping-pong loop)."""
         if self._exe is None:
             return None
-        for f, out in enumerate(self._outs):
-            written = wrap(out).buffer if out is not None else self._exe.results[f]
+        for f, written in enumerate(self._exe.results):
             if op.buffer.overlaps(written):
-                what = "the out= array" if out is not None else "this object's own result"
                 where = f" of field {f}" if self._fields else ""
-                return f"the new operand overlaps {what}{where} (the exchange would read what it overwrites)"
+                return f"the new operand overlaps this object's own result{where} (the exchange would read what it overwrites)"
         return None
 
     def _objects(self) -> tuple:

@@ -201,7 +201,7 @@ class HostExecutable:
         self._sides_out: OrderedDict = OrderedDict()  # (addresses, strides) -> Side
         self._combos: OrderedDict = OrderedDict()  # (in addresses, out key) -> what execute walks
         # agreed: another executable (push) agrees for this one and calls prepare() and exchange() itself
-        self._status = (StatusRound(MPI, comm, plan.rank, plan.nranks, self._status_base, 2)
+        self._status = (StatusRound(comm, plan.rank, plan.nranks, self._status_base, 2)
                         if self._complete and not agreed else None)
         self._ready = False  # the fields below match the current binding
         self._first: list = []  # receives + in-place sends, started together

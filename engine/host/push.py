@@ -132,7 +132,7 @@ class PushExecutable:
                              for p, off in zip(fields, self._offsets[me]))
         self.result = self.results[0]
         self._complete = P <= COMPLETE_MAX
-        self._status = StatusRound(MPI, self.comm, me, P, base_tag, _CODES) if self._complete else None
+        self._status = StatusRound(self.comm, me, P, base_tag, _CODES) if self._complete else None
         self._check = None if self._complete else collective.CallCheck(self.comm)
         z = self._zero = np.zeros(1, np.uint8)
         zero = [z, 0, MPI.BYTE]

@@ -36,17 +36,20 @@ WELL = 1
 class StatusRound:
     """Zero-byte messages between every pair of ranks, tags ``base + code`` (codes ``0..ncodes-1``)."""
 
-    def __init__(self, MPI, comm: MPI.Intracomm, me: int, nranks: int, base: int, ncodes: int) -> None:
+    def __init__(self, comm: MPI.Intracomm, me: int, nranks: int, base: int, ncodes: int) -> None:
+        from mpi4py import MPI
+
         self._MPI = MPI
         self.comm = comm
         self.base = base
         self._zero = np.zeros(1, np.uint8)
         zero = [self._zero, 0, MPI.BYTE]
-        self.others = [r for r in range(nranks) if r != me]
-        self.recvs = [comm.Recv_init(zero, r, MPI.ANY_TAG) for r in self.others]
-        self.sends = [[comm.Send_init(zero, r, base + code) for r in self.others] for code in range(ncodes)]
-        self.first = [self.recvs + s for s in self.sends]  # what start(code) starts
-        self.statuses = [MPI.Status() for _ in self.others]
+        self.others: list[int] = [r for r in range(nranks) if r != me]
+        self.recvs: list[MPI.Prequest] = [comm.Recv_init(zero, r, MPI.ANY_TAG) for r in self.others]
+        self.sends: list[list[MPI.Prequest]] = [[comm.Send_init(zero, r, base + code) for r in self.others]
+                                                for code in range(ncodes)]
+        self.first: list[list[MPI.Prequest]] = [self.recvs + s for s in self.sends]  # what start(code) starts
+        self.statuses: list[MPI.Status] = [MPI.Status() for _ in self.others]
 
     def start(self, code: int) -> None:
         """Post every receive and send ``code`` to every peer."""
@@ -70,6 +73,7 @@ class StatusRound:
         collective.agree(self.comm, None)
 
     def free(self) -> None:
+        """Free the persistent requests (local)."""
         for r in self.recvs + [r for s in self.sends for r in s]:
             r.Free()
         self.recvs, self.sends, self.first = [], [], []

@@ -308,6 +308,63 @@ def package_differs_last(env):
     Redistribute(torch.from_numpy(a) if env.is_last() else a, Slab.X, Slab.Y)
 
 
+@case((errors.InvalidValueError, r"rank {last}: output_distribution Slab cannot be sent to the other ranks \(pickling "
+                                  r"it raised TypeError"))
+def distribution_unpicklable_last(env):
+    """A distribution the ranks cannot gather (here a lock hung on it) on one rank: raised on every
+    rank, not a bare TypeError on one and a hang on the others."""
+    import threading
+
+    a, _ = operand(env)
+    out = Slab.Y
+    if env.is_last():
+        out = Slab.Y.copy()
+        out.note = threading.Lock()
+    Redistribute(a, Slab.X, out)
+
+
+@case((errors.InvalidValueError, r"rank {last}: .*torch tensor carries a lazy conjugate .*resolve_conj\(\)"),
+      needs=("torch",))
+def torch_conjugate_view_last(env):
+    """t.conj() of a complex tensor is a flag over unconjugated memory: moving its bytes would give
+    the unconjugated values, silently."""
+    import torch
+
+    a, _ = operand(env, np.complex128)
+    t = torch.from_numpy(a)
+    Redistribute(t.conj() if env.is_last() else t, Slab.X, Slab.Y)
+
+
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): .*torch tensor carries a lazy conjugate"),
+      needs=("torch",))
+def torch_out_conjugate_view_last(env):
+    """A conjugated view as out=: what the user reads back would be the conjugate of the result.
+    The good ranks' out= keeps its bytes (a refused call writes nothing)."""
+    import torch
+
+    a, g = operand(env, np.complex128)
+    r = Redistribute(torch.from_numpy(a), Slab.X, Slab.Y)
+    r.plan()
+    res = r.execute()
+    out = torch.full(tuple(res.shape), 7 + 7j, dtype=torch.complex128)
+    try:
+        r.execute(out=out.conj() if env.is_last() else out)
+    finally:
+        env.check(bool((out == 7 + 7j).all()), "a refused call wrote out=")
+
+
+@case((errors.InvalidValueError, r"rank {last}: .*torch tensor carries a lazy negation .*resolve_neg\(\)"),
+      needs=("torch",))
+def torch_negative_view_last(env):
+    """x.conj().imag is a view with a lazy negation over the imaginary parts' memory."""
+    import torch
+
+    a, _ = operand(env, np.complex128)
+    x = torch.from_numpy(a)
+    imag = torch.from_numpy(np.ascontiguousarray(a.imag))
+    Redistribute(x.conj().imag if env.is_last() else imag, Slab.X, Slab.Y)
+
+
 @case((errors.InvalidTypeError, r"rank 0: field 0: builtins.float not supported .* \(a tuple or list operand holds several "
                            r"fields, one array each\)"))
 def not_an_array_rank0(env):
@@ -1012,6 +1069,52 @@ def reset_after_free(env):
     r, a, _ = planned(env)
     r.free()
     r.reset_operand(a)
+
+
+def _rotated(env):
+    """Rank r's slab of (6, 4, 5) goes to rank r - 1 (equal slabs at P = 2 and 3): an out= has the
+    operand's shape, so it can become the next operand. ``moved(x)`` is what the call returns on
+    this rank when every rank's operand is ``x`` (the next rank's)."""
+    shape = (6, 4, 5)
+    g = global_values(shape, np.float64)
+    boxes = [Slab.X.box(q, shape, nranks=env.P) for q in range(env.P)]
+    mine, theirs = boxes[env.rank], boxes[(env.rank + 1) % env.P]
+    a = g[sl(mine)].copy()  # its own memory: the loops write into it
+    r = Redistribute(a, (mine.lower, mine.upper), (theirs.lower, theirs.upper))
+    r.plan()
+    return r, a, g, boxes
+
+
+@case(OK)
+def out_refused_then_reset_operand_to_it(env):
+    """A refused execute(out=C) (the last rank's out= read-only) keeps no C bound on the good ranks:
+    reset_operand(C) then works everywhere, and C is still untouched."""
+    r, a, g, boxes = _rotated(env)
+    r.execute()
+    c = np.full(a.shape, 7.0)
+    if env.is_last():
+        c.setflags(write=False)
+    try:
+        r.execute(out=c)
+        env.check(False, "the read-only out= was accepted")
+    except errors.InvalidValueError:
+        pass
+    env.check((c == 7.0).all(), "a refused call wrote out=")
+    r.reset_operand(c)
+    env.check((np.asarray(r.execute()) == 7.0).all(), "result of the all-7 operands: wrong data")
+
+
+@case(OK)
+def out_becomes_the_next_operand(env):
+    """Ping-pong: execute(out=B), then reset_operand(B) and execute() again, B -> A -> B."""
+    r, a, g, boxes = _rotated(env)
+    b = np.full(a.shape, -1.0)
+    for step in range(4):
+        dst = b if step % 2 == 0 else a
+        r.execute(out=dst)
+        src_rank = (env.rank + step + 1) % env.P  # whose slab the data is after step + 1 moves
+        env.check(same_bits(dst, g[sl(boxes[src_rank])]), f"step {step}: wrong data")
+        r.reset_operand(dst)
 
 
 # --- the rest of the state machine --------------------------------------------------------------
