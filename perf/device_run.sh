@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune nvmath permuted sizes fields
-#                                        bench-capture
+#                                        bench-capture contract examples
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -58,6 +58,17 @@ for s in "$@"; do
   sizes)
     step "permuted results of several element sizes, P=1"
     (cd perf && timeout 200 python3 bench_permuted_sizes.py this 2>&1 | grep -E "^this" | tee "$OUT/bench_permuted_sizes.txt") ;;
+  contract)
+    step "CUDA contract tests (#22) P=1, then ${CONTRACT_K:-P2 or P3} ranks sharing the GPU"
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_contract.py -k "not shared" 2>&1 | tee "$OUT/pytest_contract.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_contract.py -k "shared and (${CONTRACT_K:-P2 or P3})" 2>&1 | tee -a "$OUT/pytest_contract.txt" | tail -8 ;;
+  examples)
+    step "spectral examples on the GPU (#23): tests P=1 and 2 ranks sharing, Taylor-Green captured vs eager"
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/examples/test_spectral.py -k gpu 2>&1 | tee "$OUT/pytest_examples_gpu.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/examples/test_spectral.py -k "gpu and shared" 2>&1 | tee -a "$OUT/pytest_examples_gpu.txt" | tail -8
+    for n in 64 256; do for mode in "" --eager; do
+      timeout 200 $MPI -n 1 python3 examples/taylor_green.py --gpu $mode --n $n --steps 20 --every 20 2>&1 | tee -a "$OUT/taylor_green_gpu.txt" | tail -3
+    done; done ;;
   tune)
     step "copy kernel variants and launch layers, P=1"
     timeout 300 python3 perf/tune_copy.py ${TUNE_ARGS:-} --out "$OUT/tune_copy.md" 2>&1 | tail -20 ;;
