@@ -3,7 +3,7 @@
 ! bench_2decomp.f90: 2DECOMP&FFT's four pencil transposes, timed the way perf/bench_pencils.c times
 ! redist's, so that its PEER_TIMINGS file can hold this program's output.
 !
-!   mpif90 -O3 -I$D2D/include bench_2decomp.f90 $D2D/lib/libdecomp2d.a -o bench_2decomp
+!   mpif90 -O2 -march=native -I$D2D/include bench_2decomp.f90 $D2D/lib/libdecomp2d.a -o bench_2decomp
 !   mpiexec -n P ./bench_2decomp N P_ROW P_COL ITERS [boxes]
 !
 ! (perf/bench_2decomp.sh builds 2DECOMP&FFT in a temporary directory and runs this.) An N^3 array on
@@ -26,7 +26,7 @@ program bench_2decomp
 
    integer, parameter :: warmup = 3
    character(len=3), parameter :: names(4) = ['x2y', 'y2z', 'z2y', 'y2x']
-   integer :: n, prow, pcol, iters, ierr, rank, k
+   integer :: n, prow, pcol, iters, ierr, rank, k, cplx
    character(len=32) :: arg
    real(8), allocatable :: rx(:, :, :), ry(:, :, :), rz(:, :, :)
    complex(8), allocatable :: cx(:, :, :), cy(:, :, :), cz(:, :, :)
@@ -57,32 +57,21 @@ program bench_2decomp
    allocate (rx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
    allocate (ry(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
    allocate (rz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
-   call fill_real(rx)
-   ry = -1; rz = -1
-   call transpose_x_to_y(rx, ry); good(1) = right_real(ry, ystart)
-   call transpose_y_to_z(ry, rz); good(2) = right_real(rz, zstart)
-   ry = -1
-   call transpose_z_to_y(rz, ry); good(3) = right_real(ry, ystart)
-   rx = -1
-   call transpose_y_to_x(ry, rx); good(4) = right_real(rx, xstart)
-   call time_real()
-   call report('real8')
-   deallocate (rx, ry, rz)
-
    allocate (cx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
    allocate (cy(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
    allocate (cz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
+   call fill_real(rx)
    call fill_complex(cx)
-   cy = -1; cz = -1
-   call transpose_x_to_y(cx, cy); good(1) = right_complex(cy, ystart)
-   call transpose_y_to_z(cy, cz); good(2) = right_complex(cz, zstart)
-   cy = -1
-   call transpose_z_to_y(cz, cy); good(3) = right_complex(cy, ystart)
-   cx = -1
-   call transpose_y_to_x(cy, cx); good(4) = right_complex(cx, xstart)
-   call time_complex()
-   call report('complex8')
-   deallocate (cx, cy, cz)
+   do cplx = 0, 1
+      do k = 1, 4  ! once into a destination poisoned with -1: every element written
+         call poison(k)
+         call move(k)
+         good(k) = right(k)
+      end do
+      call time_all()
+      call report(merge('complex8', 'real8   ', cplx == 1))
+   end do
+   deallocate (rx, ry, rz, cx, cy, cz)
 
    call decomp_2d_finalize()
    call MPI_Finalize(ierr)
@@ -159,45 +148,62 @@ contains
       slowest = dt
    end function slowest
 
-   subroutine time_real()
-      integer :: it
-      real(8) :: t0, dt(4)
-      do it = 1 - warmup, iters
-         call MPI_Barrier(MPI_COMM_WORLD, ierr); t0 = MPI_Wtime()
-         call transpose_x_to_y(rx, ry)
-         dt(1) = slowest(t0); good(1) = good(1) .and. right_real(ry, ystart)
-         call MPI_Barrier(MPI_COMM_WORLD, ierr); t0 = MPI_Wtime()
-         call transpose_y_to_z(ry, rz)
-         dt(2) = slowest(t0); good(2) = good(2) .and. right_real(rz, zstart)
-         call MPI_Barrier(MPI_COMM_WORLD, ierr); t0 = MPI_Wtime()
-         call transpose_z_to_y(rz, ry)
-         dt(3) = slowest(t0); good(3) = good(3) .and. right_real(ry, ystart)
-         call MPI_Barrier(MPI_COMM_WORLD, ierr); t0 = MPI_Wtime()
-         call transpose_y_to_x(ry, rx)
-         dt(4) = slowest(t0); good(4) = good(4) .and. right_real(rx, xstart)
-         if (it >= 1) times(it, :) = dt
-      end do
-   end subroutine time_real
+   ! transpose k (1: x2y, 2: y2z, 3: z2y, 4: y2x) of the current element type
+   subroutine move(k)
+      integer, intent(in) :: k
+      select case (k + 4*cplx)
+      case (1); call transpose_x_to_y(rx, ry)
+      case (2); call transpose_y_to_z(ry, rz)
+      case (3); call transpose_z_to_y(rz, ry)
+      case (4); call transpose_y_to_x(ry, rx)
+      case (5); call transpose_x_to_y(cx, cy)
+      case (6); call transpose_y_to_z(cy, cz)
+      case (7); call transpose_z_to_y(cz, cy)
+      case default; call transpose_y_to_x(cy, cx)
+      end select
+   end subroutine move
 
-   subroutine time_complex()
-      integer :: it
-      real(8) :: t0, dt(4)
+   ! -1 into the destination of transpose k
+   subroutine poison(k)
+      integer, intent(in) :: k
+      select case (k + 4*cplx)
+      case (1, 3); ry = -1
+      case (2); rz = -1
+      case (4); rx = -1
+      case (5, 7); cy = -1
+      case (6); cz = -1
+      case default; cx = -1
+      end select
+   end subroutine poison
+
+   ! the destination of transpose k holds the global indices
+   logical function right(k)
+      integer, intent(in) :: k
+      select case (k + 4*cplx)
+      case (1, 3); right = right_real(ry, ystart)
+      case (2); right = right_real(rz, zstart)
+      case (4); right = right_real(rx, xstart)
+      case (5, 7); right = right_complex(cy, ystart)
+      case (6); right = right_complex(cz, zstart)
+      case default; right = right_complex(cx, xstart)
+      end select
+   end function right
+
+   ! ITERS timed iterations after the warm-up ones, each result checked
+   subroutine time_all()
+      integer :: it, c
+      real(8) :: t0
       do it = 1 - warmup, iters
-         call MPI_Barrier(MPI_COMM_WORLD, ierr); t0 = MPI_Wtime()
-         call transpose_x_to_y(cx, cy)
-         dt(1) = slowest(t0); good(1) = good(1) .and. right_complex(cy, ystart)
-         call MPI_Barrier(MPI_COMM_WORLD, ierr); t0 = MPI_Wtime()
-         call transpose_y_to_z(cy, cz)
-         dt(2) = slowest(t0); good(2) = good(2) .and. right_complex(cz, zstart)
-         call MPI_Barrier(MPI_COMM_WORLD, ierr); t0 = MPI_Wtime()
-         call transpose_z_to_y(cz, cy)
-         dt(3) = slowest(t0); good(3) = good(3) .and. right_complex(cy, ystart)
-         call MPI_Barrier(MPI_COMM_WORLD, ierr); t0 = MPI_Wtime()
-         call transpose_y_to_x(cy, cx)
-         dt(4) = slowest(t0); good(4) = good(4) .and. right_complex(cx, xstart)
-         if (it >= 1) times(it, :) = dt
+         do c = 1, 4
+            call MPI_Barrier(MPI_COMM_WORLD, ierr)
+            t0 = MPI_Wtime()
+            call move(c)
+            t0 = slowest(t0)
+            if (it >= 1) times(it, c) = t0
+            good(c) = good(c) .and. right(c)
+         end do
       end do
-   end subroutine time_complex
+   end subroutine time_all
 
    ! rank 0: one PEER_TIMINGS line per transpose (correctness agreed over all ranks)
    subroutine report(prec)
@@ -210,7 +216,7 @@ contains
       do c = 1, 4
          t = times(:, c)
          call sort(t)
-         write (*, '(a, 1x, a, 3(1x, i0), 1x, a, 2(1x, f0.4), 1x, l1)') '2DECOMP&FFT', prec, n, prow, pcol, &
+         write (*, '(a, 1x, a, 3(1x, i0), 1x, a, 2(1x, f0.4), 1x, l1)') '2DECOMP&FFT', trim(prec), n, prow, pcol, &
             names(c), 1d3*median(t), 1d3*t(1), all_good(c)
       end do
       flush (6)
