@@ -216,7 +216,8 @@ contains
       do c = 1, 4
          t = times(:, c)
          call sort(t)
-         write (*, '(a, 1x, a, 3(1x, i0), 1x, a, 2(1x, f0.4), 1x, l1)') '2DECOMP&FFT', trim(prec), n, prow, pcol, &
+         write (*, '(a, 1x, a, 3(1x, i0), 1x, a, 2(1x, f0.4), 1x, l1)') '2DECOMP&FFT', trim(prec), &
+            n, prow, pcol, &
             names(c), 1d3*median(t), 1d3*t(1), all_good(c)
       end do
       flush (6)

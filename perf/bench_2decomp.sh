@@ -43,7 +43,8 @@ for g in $grids; do  # the two layouts agree box for box, on uneven sizes too, o
     IFS=: read -r p prow pcol <<< "$g"
     for n in 13 $sizes; do
         "$tmp/pencil_boxes" "$n" "$prow" "$pcol" | sort > "$tmp/ours.txt"
-        (cd "$tmp" && mpiexec.openmpi -n "$p" ./bench_2decomp "$n" "$prow" "$pcol" 1 boxes) | sort > "$tmp/peer_boxes.txt"
+        (cd "$tmp" && mpiexec.openmpi -n "$p" ./bench_2decomp "$n" "$prow" "$pcol" 1 boxes) \
+            | sort > "$tmp/peer_boxes.txt"
         diff "$tmp/ours.txt" "$tmp/peer_boxes.txt"
         echo "N=$n ${prow}x$pcol: the $(wc -l < "$tmp/ours.txt") boxes agree" >> "$out/layout_check.txt"
     done
@@ -51,8 +52,10 @@ done
 for g in $grids; do
     IFS=: read -r p prow pcol <<< "$g"
     for n in $sizes; do
-        echo "# load before P=$p ${prow}x$pcol N=$n: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/load.txt"
-        (cd "$tmp" && mpiexec.openmpi -n "$p" ./bench_2decomp "$n" "$prow" "$pcol" "$iters") | tee -a "$out/peer.txt"
+        echo "# load before P=$p ${prow}x$pcol N=$n: $(cut -d' ' -f1-3 /proc/loadavg)" \
+            | tee -a "$out/load.txt"
+        (cd "$tmp" && mpiexec.openmpi -n "$p" ./bench_2decomp "$n" "$prow" "$pcol" "$iters") \
+            | tee -a "$out/peer.txt"
         mpiexec.openmpi -n "$p" "$tmp/bench_pencils" "$n" "$prow" "$pcol" "$iters" "$out/peer.txt" \
             | tee "$out/redist_${n}_${prow}x$pcol.md"
     done
