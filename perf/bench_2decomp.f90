@@ -1,0 +1,267 @@
+! SPDX-License-Identifier: Apache-2.0
+!
+! bench_2decomp.f90: 2DECOMP&FFT's four pencil transposes, timed the way perf/bench_pencils.c times
+! redist's, so that its PEER_TIMINGS file can hold this program's output.
+!
+!   mpif90 -O2 -march=native -I$D2D/include bench_2decomp.f90 $D2D/lib/libdecomp2d.a -o bench_2decomp
+!   mpiexec -n P ./bench_2decomp N P_ROW P_COL ITERS [boxes]
+!
+! (perf/bench_2decomp.sh builds 2DECOMP&FFT in a temporary directory and runs this.) An N^3 array on
+! a P_ROW x P_COL grid (decomp_2d_init); transpose_x_to_y, y_to_z, z_to_y and y_to_x for real(8)
+! and complex(8), each into the caller's arrays (the only way 2DECOMP&FFT works): X -> Y into uy,
+! Y -> Z into uz, Z -> Y into uy, Y -> X into ux, as bench_pencils.c does. Per iteration and
+! transpose: MPI_Barrier, MPI_Wtime around the call, the slowest rank (MPI_Allreduce MAX); median
+! and minimum over ITERS iterations after 3 warm-up ones. Element value = global column-major index
+! g (0-based), complex (g, -g - 0.5). One untimed pass into destinations poisoned with -1 checks
+! that every transpose writes every element; every timed iteration's result is checked too. Rank 0
+! prints one line per case:
+!   2DECOMP&FFT <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
+! With a fifth argument "boxes" every rank prints its pencils as 0-based half-open boxes instead,
+! "rank R X lo0 lo1 lo2 hi0 hi1 hi2" (and Y, Z), to compare with bench_pencils.c's layout.
+program bench_2decomp
+   use mpi
+   use decomp_2d
+   use decomp_2d_constants
+   implicit none
+
+   integer, parameter :: warmup = 3
+   character(len=3), parameter :: names(4) = ['x2y', 'y2z', 'z2y', 'y2x']
+   integer :: n, prow, pcol, iters, ierr, rank, k, cplx
+   character(len=32) :: arg
+   real(8), allocatable :: rx(:, :, :), ry(:, :, :), rz(:, :, :)
+   complex(8), allocatable :: cx(:, :, :), cy(:, :, :), cz(:, :, :)
+   real(8), allocatable :: times(:, :)
+   logical :: good(4)
+
+   call MPI_Init(ierr)
+   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+   if (command_argument_count() < 4) then
+      if (rank == 0) write (*, '(a)') 'usage: bench_2decomp N P_ROW P_COL ITERS [boxes]'
+      call MPI_Abort(MPI_COMM_WORLD, 2, ierr)
+   end if
+   call get_command_argument(1, arg); read (arg, *) n
+   call get_command_argument(2, arg); read (arg, *) prow
+   call get_command_argument(3, arg); read (arg, *) pcol
+   call get_command_argument(4, arg); read (arg, *) iters
+   decomp_log = D2D_LOG_QUIET
+   call decomp_2d_init(n, n, n, prow, pcol, complex_pool=.true.)  ! work buffers for complex(8) too
+
+   if (command_argument_count() > 4) then
+      call print_boxes()
+      call decomp_2d_finalize()
+      call MPI_Finalize(ierr)
+      stop
+   end if
+
+   allocate (times(iters, 4))
+   allocate (rx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
+   allocate (ry(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
+   allocate (rz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
+   allocate (cx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
+   allocate (cy(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
+   allocate (cz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
+   call fill_real(rx)
+   call fill_complex(cx)
+   do cplx = 0, 1
+      do k = 1, 4  ! once into a destination poisoned with -1: every element written
+         call poison(k)
+         call move(k)
+         good(k) = right(k)
+      end do
+      call time_all()
+      call report(merge('complex8', 'real8   ', cplx == 1))
+   end do
+   deallocate (rx, ry, rz, cx, cy, cz)
+
+   call decomp_2d_finalize()
+   call MPI_Finalize(ierr)
+
+contains
+
+   ! the global (0-based, column-major) index of element (i, j, k), 1-based global coordinates
+   pure real(8) function gidx(i, j, k)
+      integer, intent(in) :: i, j, k
+      gidx = real(i - 1, 8) + real(n, 8)*(real(j - 1, 8) + real(n, 8)*real(k - 1, 8))
+   end function gidx
+
+   subroutine fill_real(a)
+      real(8), intent(out) :: a(xstart(1):, xstart(2):, xstart(3):)
+      integer :: i, j, l
+      do l = xstart(3), xend(3)
+         do j = xstart(2), xend(2)
+            do i = xstart(1), xend(1)
+               a(i, j, l) = gidx(i, j, l)
+            end do
+         end do
+      end do
+   end subroutine fill_real
+
+   subroutine fill_complex(a)
+      complex(8), intent(out) :: a(xstart(1):, xstart(2):, xstart(3):)
+      integer :: i, j, l
+      do l = xstart(3), xend(3)
+         do j = xstart(2), xend(2)
+            do i = xstart(1), xend(1)
+               a(i, j, l) = cmplx(gidx(i, j, l), -gidx(i, j, l) - 0.5d0, kind=8)
+            end do
+         end do
+      end do
+   end subroutine fill_complex
+
+   ! every element of a, a pencil starting at global (1-based) st, equals its global index
+   logical function right_real(a, st)
+      real(8), intent(in) :: a(:, :, :)
+      integer, intent(in) :: st(3)
+      integer :: i, j, l
+      right_real = .true.
+      do l = 1, size(a, 3)
+         do j = 1, size(a, 2)
+            do i = 1, size(a, 1)
+               if (a(i, j, l) /= gidx(i + st(1) - 1, j + st(2) - 1, l + st(3) - 1)) right_real = .false.
+            end do
+         end do
+      end do
+   end function right_real
+
+   logical function right_complex(a, st)
+      complex(8), intent(in) :: a(:, :, :)
+      integer, intent(in) :: st(3)
+      integer :: i, j, l
+      real(8) :: g
+      right_complex = .true.
+      do l = 1, size(a, 3)
+         do j = 1, size(a, 2)
+            do i = 1, size(a, 1)
+               g = gidx(i + st(1) - 1, j + st(2) - 1, l + st(3) - 1)
+               if (a(i, j, l) /= cmplx(g, -g - 0.5d0, kind=8)) right_complex = .false.
+            end do
+         end do
+      end do
+   end function right_complex
+
+   ! seconds of the slowest rank for the call just made
+   real(8) function slowest(t0)
+      real(8), intent(in) :: t0
+      real(8) :: dt
+      dt = MPI_Wtime() - t0
+      call MPI_Allreduce(MPI_IN_PLACE, dt, 1, MPI_DOUBLE_PRECISION, MPI_MAX, MPI_COMM_WORLD, ierr)
+      slowest = dt
+   end function slowest
+
+   ! transpose k (1: x2y, 2: y2z, 3: z2y, 4: y2x) of the current element type
+   subroutine move(k)
+      integer, intent(in) :: k
+      select case (k + 4*cplx)
+      case (1); call transpose_x_to_y(rx, ry)
+      case (2); call transpose_y_to_z(ry, rz)
+      case (3); call transpose_z_to_y(rz, ry)
+      case (4); call transpose_y_to_x(ry, rx)
+      case (5); call transpose_x_to_y(cx, cy)
+      case (6); call transpose_y_to_z(cy, cz)
+      case (7); call transpose_z_to_y(cz, cy)
+      case default; call transpose_y_to_x(cy, cx)
+      end select
+   end subroutine move
+
+   ! -1 into the destination of transpose k
+   subroutine poison(k)
+      integer, intent(in) :: k
+      select case (k + 4*cplx)
+      case (1, 3); ry = -1
+      case (2); rz = -1
+      case (4); rx = -1
+      case (5, 7); cy = -1
+      case (6); cz = -1
+      case default; cx = -1
+      end select
+   end subroutine poison
+
+   ! the destination of transpose k holds the global indices
+   logical function right(k)
+      integer, intent(in) :: k
+      select case (k + 4*cplx)
+      case (1, 3); right = right_real(ry, ystart)
+      case (2); right = right_real(rz, zstart)
+      case (4); right = right_real(rx, xstart)
+      case (5, 7); right = right_complex(cy, ystart)
+      case (6); right = right_complex(cz, zstart)
+      case default; right = right_complex(cx, xstart)
+      end select
+   end function right
+
+   ! ITERS timed iterations after the warm-up ones, each result checked
+   subroutine time_all()
+      integer :: it, c
+      real(8) :: t0
+      do it = 1 - warmup, iters
+         do c = 1, 4
+            call MPI_Barrier(MPI_COMM_WORLD, ierr)
+            t0 = MPI_Wtime()
+            call move(c)
+            t0 = slowest(t0)
+            if (it >= 1) times(it, c) = t0
+            good(c) = good(c) .and. right(c)
+         end do
+      end do
+   end subroutine time_all
+
+   ! rank 0: one PEER_TIMINGS line per transpose (correctness agreed over all ranks)
+   subroutine report(prec)
+      character(len=*), intent(in) :: prec
+      integer :: c
+      logical :: all_good(4)
+      real(8) :: t(iters)
+      call MPI_Allreduce(good, all_good, 4, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, ierr)
+      if (rank /= 0) return
+      do c = 1, 4
+         t = times(:, c)
+         call sort(t)
+         write (*, '(a, 1x, a, 3(1x, i0), 1x, a, 2(1x, f0.4), 1x, l1)') '2DECOMP&FFT', trim(prec), &
+            n, prow, pcol, &
+            names(c), 1d3*median(t), 1d3*t(1), all_good(c)
+      end do
+      flush (6)
+   end subroutine report
+
+   subroutine sort(t)
+      real(8), intent(inout) :: t(:)
+      integer :: i, j
+      real(8) :: v
+      do i = 2, size(t)
+         v = t(i)
+         j = i - 1
+         do while (j >= 1)
+            if (t(j) <= v) exit
+            t(j + 1) = t(j)
+            j = j - 1
+         end do
+         t(j + 1) = v
+      end do
+   end subroutine sort
+
+   real(8) function median(t)
+      real(8), intent(in) :: t(:)
+      integer :: m
+      m = size(t)
+      if (mod(m, 2) == 1) then
+         median = t(m/2 + 1)
+      else
+         median = 0.5d0*(t(m/2) + t(m/2 + 1))
+      end if
+   end function median
+
+   subroutine print_boxes()
+      integer :: r, nranks
+      call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
+      do r = 0, nranks - 1
+         if (r == rank) then
+            write (*, '(a, i0, a, 6(1x, i0))') 'rank ', rank, ' X', xstart - 1, xend
+            write (*, '(a, i0, a, 6(1x, i0))') 'rank ', rank, ' Y', ystart - 1, yend
+            write (*, '(a, i0, a, 6(1x, i0))') 'rank ', rank, ' Z', zstart - 1, zend
+            flush (6)
+         end if
+         call MPI_Barrier(MPI_COMM_WORLD, ierr)
+      end do
+   end subroutine print_boxes
+
+end program bench_2decomp

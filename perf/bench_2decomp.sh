@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# 2DECOMP&FFT's transposes beside redist's, both from compiled code on Debian's Open MPI.
+#
+#   perf/bench_2decomp.sh SRC OUT ITERS "P:P_ROW:P_COL ..." "N ..."
+#   e.g. perf/bench_2decomp.sh /tmp/2decomp-src perf/data/issue22 20 "2:1:2 2:2:1 4:2:2 4:1:4" "64 128 256"
+#
+# SRC: a 2DECOMP&FFT source tree (not part of redist; built here in a temporary directory and never
+# kept). OUT: a folder for the raw outputs: peer.txt (perf/bench_2decomp.f90's PEER_TIMINGS lines),
+# redist_N_PxQ.md (perf/bench_pencils.c's tables with the ratios), layout_check.txt, load.txt. Run
+# it from the repository root inside a venv whose mpi4py is built on Open MPI (README, "Using your
+# cluster's MPI").
+#
+# 2DECOMP&FFT: CMake, generic FFT, double precision, gfortran through mpif90.openmpi, at -O2
+# -march=native: its own Release flags (-O3 -march=native) build a library whose transposes crash
+# in MPI_Alltoallv whenever P_ROW > 1 on this machine (gfortran 12.2, Open MPI 4.1.4), -O2 does not.
+set -euo pipefail
+src=$1 out=$2 iters=$3 grids=$4 sizes=$5
+export PATH=/usr/bin:$PATH OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # containers run as root
+mkdir -p "$out"
+out=$(realpath "$out")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+FC=mpif90.openmpi cmake -S "$src" -B "$tmp/d2d" -DCMAKE_BUILD_TYPE=Release -DBUILD_TARGET=mpi \
+    -DFFT_Choice=generic -DDOUBLE_PRECISION=ON -DBUILD_TESTING=OFF > "$tmp/cmake.log"
+sed -i 's/-O3 -march=native/-O2 -march=native/' "$tmp/d2d/src/CMakeFiles/decomp2d.dir/flags.make"
+cmake --build "$tmp/d2d" -j "$(nproc)" > "$tmp/build.log"
+mpif90.openmpi -O2 -march=native -I"$tmp/d2d/include" perf/bench_2decomp.f90 "$tmp/d2d/lib/libdecomp2d.a" \
+    -o "$tmp/bench_2decomp"
+
+python -m redist.cabi build --out "$tmp/cabi" > /dev/null
+# shellcheck disable=SC2046
+mpicc.openmpi -O2 perf/bench_pencils.c $(python -m redist.cabi flags --out "$tmp/cabi" --cflags --libs) \
+    -o "$tmp/bench_pencils"
+
+: > "$out/peer.txt"
+: > "$out/layout_check.txt"
+mpicc.openmpi -ffunction-sections -Iperf -Icabi -c perf/pencil_boxes.c -o "$tmp/pencil_boxes.o"
+mpicc.openmpi "$tmp/pencil_boxes.o" -Wl,--gc-sections -o "$tmp/pencil_boxes"
+for g in $grids; do  # the two layouts agree box for box, on uneven sizes too, or nothing is timed
+    IFS=: read -r p prow pcol <<< "$g"
+    for n in 13 $sizes; do
+        "$tmp/pencil_boxes" "$n" "$prow" "$pcol" | sort > "$tmp/ours.txt"
+        (cd "$tmp" && mpiexec.openmpi -n "$p" ./bench_2decomp "$n" "$prow" "$pcol" 1 boxes) \
+            | sort > "$tmp/peer_boxes.txt"
+        diff "$tmp/ours.txt" "$tmp/peer_boxes.txt"
+        echo "N=$n ${prow}x$pcol: the $(wc -l < "$tmp/ours.txt") boxes agree" >> "$out/layout_check.txt"
+    done
+done
+for g in $grids; do
+    IFS=: read -r p prow pcol <<< "$g"
+    for n in $sizes; do
+        echo "# load before P=$p ${prow}x$pcol N=$n: $(cut -d' ' -f1-3 /proc/loadavg)" \
+            | tee -a "$out/load.txt"
+        (cd "$tmp" && mpiexec.openmpi -n "$p" ./bench_2decomp "$n" "$prow" "$pcol" "$iters") \
+            | tee -a "$out/peer.txt"
+        mpiexec.openmpi -n "$p" "$tmp/bench_pencils" "$n" "$prow" "$pcol" "$iters" "$out/peer.txt" \
+            | tee "$out/redist_${n}_${prow}x$pcol.md"
+    done
+done
