@@ -79,7 +79,7 @@ _OUT, _STALE = 1, 2
 _CODES = WELL + _OUT + _STALE + 1
 _WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank that binds an out=
 #: calls with an out= land in shared memory (two copies) when every rank receives at most this many
-#: bytes, else go as messages (one copy by MPI): see perf/RESULTS.md, "out= on push"
+#: bytes, else go as messages (MPI's transport): see perf/RESULTS.md, "Where push's out= lands"
 LANDING_MAX = 1 << 20
 _names = itertools.count()
 
