@@ -623,7 +623,7 @@ def empty_boxes_on_some_ranks(env):
         env.check(same_bits(r.execute(), g[sl(Slab.Z.box(env.rank, shape, nranks=env.P))]), "empty boxes")
 
 
-@case(OK)
+@case(OK, needs=("torch",))
 def torch_empty_output_boxes(env):
     """torch operands of 4-byte elements where some ranks' output boxes are empty (Slab.Y of 1
     column; gather onto rank 0): the empty results are typed torch tensors."""
