@@ -357,8 +357,11 @@ redist_status_t redist_graph(redist_t handle, void *stream, void **cuda_graph);
  * redist_execute() on a stream that is capturing (cudaStreamBeginCapture, any mode) records the
  * exchange into that capture (kernel nodes or a child-graph node) instead of running it; every launch of the
  * instantiated graph then runs it. Such a copy keeps the bindings it was recorded with: after
- * redist_reset_operand*(), call this to push the operand bound now (and the `out` of the last
- * redist_execute) into every copy in `cuda_graph_exec`. Launches already enqueued are unaffected.
+ * redist_reset_operand*(), call this to push the operand bound now into every copy in
+ * `cuda_graph_exec`. Launches already enqueued are unaffected. The copies keep the `out` and
+ * `sync_symmetric_memory` they were recorded with (peers store into that `out`):
+ * ::REDIST_ERROR_INVALID_STATE when the last redist_execute used others (execute once as
+ * captured, or capture again).
  * @param cuda_graph      the `cudaGraph_t` the capture produced (still alive: the copies' nodes live in it)
  * @param cuda_graph_exec a `cudaGraphExec_t` instantiated from `cuda_graph`
  * @param ncopies         out (may be NULL): how many copies were updated

@@ -393,8 +393,11 @@ class Redistribute(Generic[ArrayT]):
                     problem = collective.problem(e)
         elif stream is not None and self._ctx.cuda is not None:  # a host exchange handed a CUDA stream
             problem = self._host_capture_problem(stream)
-        if out is None and self._fresh and exe is not None:
-            out = self._fresh_result(s)
+        if self._fresh and exe is not None:
+            if out is None:
+                out = self._fresh_result(s)
+            elif self._template.memory != "cpu":  # GPUs: the allocation is collective, so every rank says
+                self._fresh_result(s, wanted=False)
         if self._state is not _State.READY:
             if exe is None:  # before plan() or after free(): this rank cannot take part
                 self._check_not_freed("execute")
@@ -452,9 +455,11 @@ class Redistribute(Generic[ArrayT]):
                 "CUDA graph: a host exchange runs on MPI when called and cannot be recorded into a graph; call it "
                 "outside the capture, or capture GPU operands"))
 
-    def _fresh_result(self, stream: int):
+    def _fresh_result(self, stream: int, wanted: bool = True):
         """result="fresh": a new array for this execute (on GPUs collective: symmetric memory, which a
-        capture cannot hold: every rank learns first whether some rank's stream is capturing)."""
+        capture cannot hold: every rank learns first whether some rank's stream is capturing, and
+        whether every rank wants one: a GPU rank that passed out= calls this with ``wanted=False``,
+        which returns None)."""
         t, shape = self._template, self._exe.result.shape
         if t.memory == "cpu":
             perm = axis_order(self._out_order, len(shape))
@@ -469,13 +474,20 @@ class Redistribute(Generic[ArrayT]):
 
         problem = None
         try:
-            if self._backend == "cuda" and self._ctx.cuda.driver.capture_status(stream):
+            if wanted and self._backend == "cuda" and self._ctx.cuda.driver.capture_status(stream):
                 problem = ("InvalidStateError", (
                     'execute() with result="fresh" inside a CUDA graph capture: a fresh result is a collective '
                     'symmetric allocation, which a capture cannot hold; use result="persistent" (the default) or out='))
         except Exception as e:  # noqa: BLE001 -- a bad stream: raised on every rank
             problem = collective.problem(e)
-        collective.agree(self._ctx.engine.comm, problem)
+        wants = collective.agree(self._ctx.engine.comm, problem, wanted)
+        if not all(wants):
+            if any(wants):  # a fresh result is one collective allocation: every rank or none
+                lacking = [r for r, w in enumerate(wants) if not w]
+                raise InvalidValueError(
+                    f'execute() with result="fresh" on GPUs: rank(s) {lacking} passed out= and the others did not; a '
+                    'fresh result is one collective symmetric allocation: pass out= on every rank or on none')
+            return None
         return allocate_symmetric_memory(shape, t.package, dtype=t.dtype, axis_order=self._out_order,
                                          make_symmetric=True)
 
@@ -726,15 +738,20 @@ class Redistribute(Generic[ArrayT]):
         return self._exe.graph(self._stream(stream))
 
     def update_captured(self, graph: Any, /) -> int:
-        """Push the operand bound now (and the out= and sync_symmetric_memory of the last execute)
-        into every copy of this exchange that :meth:`execute` recorded into the user's ``graph``.
+        """Push the operand bound now into every copy of this exchange that :meth:`execute`
+        recorded into the user's ``graph``.
 
         An execute on a stream that is capturing a CUDA graph (``torch.cuda.graph``, cupy's
         ``Stream.begin_capture``, ``cudaStreamBeginCapture``) records the exchange into that graph
         (redist's kernel nodes, or a child-graph node): a copy, which keeps the bindings it was recorded with. After
         :meth:`reset_operand_unchecked` (or :meth:`reset_operand`), call this to make the copies in
         ``graph`` read the new operand from the next replay on (launches already enqueued are not
-        affected). Local: no communication, like :meth:`reset_operand_unchecked`.
+        affected). Local: no communication, like :meth:`reset_operand_unchecked`. The copies keep
+        the ``out=`` and ``sync_symmetric_memory`` they were recorded with (peers store into that
+        ``out=``: changing it on one rank would desynchronise the job); if the last execute used
+        others (an ``execute()`` into the engine-owned result in between, say), this raises
+        InvalidStateError: execute once as captured, or capture again. Keep the arrays a graph was
+        recorded with alive while you may replay it.
 
         ``graph``: a ``torch.cuda.CUDAGraph`` made with ``keep_graph=True`` and instantiated, a
         ``cupy.cuda.Graph``, or a ``(cudaGraph_t, cudaGraphExec_t)`` pair. Returns how many copies

@@ -445,7 +445,8 @@ class CudaExecutable:
     def execute(self, stream: int = 0, sync: bool = True, release_workspace: bool = False,
                 problem: collective.Problem | None = None, *, graph: bool | None = None) -> None:
         """Collective: agree on the call, then run the redistribution on ``stream`` (one cuGraphLaunch),
-        or, when ``stream`` is capturing, record it into that capture (one child-graph node).
+        or, when ``stream`` is capturing, record it into that capture (its kernel nodes when the
+        launch list is kernels only, else one child-graph node).
 
         ``graph=None`` follows ``self.graphs`` (default True; REDIST_CUDA_GRAPHS=0 makes every
         execute eager: the same kernels and NVSHMEM calls, enqueued directly, for debugging).
@@ -570,9 +571,10 @@ class CudaExecutable:
         self._held = [True]
 
     def update_captured(self, graph: int, graph_exec: int) -> int:
-        """Push the bindings of now (the operand bound now, the out= and sync_symmetric_memory of the
-        last execute) into every copy of this exchange that execute() recorded into ``graph``, in
-        ``graph_exec`` (an exec instantiated from ``graph``). Local; returns how many copies.
+        """Push the operand bound now into every copy of this exchange that execute() recorded into
+        ``graph``, in ``graph_exec`` (an exec instantiated from ``graph``). Local; returns how many
+        copies. The copies keep the out= and sync_symmetric_memory they were recorded with: when the
+        last execute() used others, this raises (peers store into a copy's out=).
 
         The copies keep their bindings until this is called: it rewrites their kernel nodes in
         ``graph_exec`` (``cuGraphExecKernelNodeSetParams``, one call per kernel; launches already
@@ -602,6 +604,13 @@ class CudaExecutable:
                     "update would give them all the operand bound now. Capture again, or use one Redistribute per "
                     "operand")
         binding = active._binding()
+        if binding[1:] != first[1:]:  # only the operand is local: peers store into the out=
+            what = "out=" if binding[1] != first[1] else "sync_symmetric_memory"
+            raise InvalidStateError(
+                f"update_captured: the copies in graph 0x{graph:x} were recorded with another {what} than the last "
+                "execute() used; update_captured rebinds the operand only (peers store into the out= a copy writes, "
+                "so changing it on one rank would desynchronise the job). Call execute() once with the out= and "
+                "sync_symmetric_memory the graph was captured with, or capture again")
         if calls is not None:  # the copies' kernel nodes, in place: one call per kernel
             fn = self._drv.cuGraphExecKernelNodeSetParams
             for nd, pref in calls:

@@ -20,7 +20,7 @@ ENV.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 ENV.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
 ENV.setdefault("PYTHONUNBUFFERED", "1")
 
-MODES = ("failed", "out", "reshaped", "torch-empty", "lifetime")
+MODES = ("failed", "out", "reshaped", "torch-empty", "lifetime", "fresh-mixed")
 
 
 @pytest.mark.parametrize("nranks", gpu_ranks(1, 2, 3))

@@ -1873,3 +1873,58 @@ def test_out_and_failed_calls_leave_the_result_alone_on_a_simulated_job(transpor
         exe.free()
 
     _run_threads(p, rank)
+
+
+def _capture_job(hub, r, p, gshape, itemsize=8):
+    """A Slab.X -> Slab.Y exchange on rank ``r`` of a simulated job, with two operands u, v."""
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    rt = _Runtime(hub, r)
+    exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
+    Gs = [global_bytes(gshape, itemsize, s) for s in (3, 7)]
+    u, v = (_operand(rt, G, ib[r], itemsize)[0] for G in Gs)
+    return rt, exe, u, v, [expected_bytes(G, ob[r], "C") for G in Gs], geo.box_shape(ob[r])
+
+
+@pytest.mark.parametrize("between", ["result", "other out="])
+def test_update_captured_keeps_the_recorded_out(between):
+    """A copy recorded writing out=X; a direct execute into the engine-owned result (or another
+    out=) in between; update_captured refuses (it rebinds the operand only: peers store into the
+    out= a copy writes), the graph still writes X; after execute(out=X) it rebinds the operand."""
+    p, gshape, itemsize = 2, (6, 8, 4), 8
+    seen = {}
+
+    def rank(hub, r):
+        rt, exe, u, v, wants, shape = _capture_job(hub, r, p, gshape, itemsize)
+        drv = rt.driver
+        x, y = _ghosted(rt, shape, 0, itemsize), _ghosted(rt, shape, 0, itemsize)
+        n = len(wants[0])
+        exe.rebind_input(u)
+        exe.bind_output(x)
+        exe.execute(0)
+        drv.begin_capture(_USER)
+        exe.execute(_USER)
+        g = drv.end_capture(_USER)
+        ge = drv.instantiate(g)
+        exe.bind_output(None if between == "result" else y)
+        exe.execute(0)
+        exe.rebind_input(v)
+        with pytest.raises(InvalidStateError, match="recorded with another out= than the last execute"):
+            exe.update_captured(g, ge)
+        rt.comm.allgather(None)
+        rt.hub.write(x.ptr, np.zeros(n, np.uint8))
+        rt.comm.allgather(None)
+        drv.cuGraphLaunch(ge, _USER)
+        rt.comm.allgather(None)
+        seen[r, "still u into x"] = np.array_equal(rt.hub.read(x.ptr, n), wants[0])
+        exe.bind_output(x)
+        exe.execute(0)  # as captured: now the operand may move
+        assert exe.update_captured(g, ge) == 1
+        rt.comm.allgather(None)
+        drv.cuGraphLaunch(ge, _USER)
+        rt.comm.allgather(None)
+        seen[r, "v into x"] = np.array_equal(rt.hub.read(x.ptr, n), wants[1])
+        exe.release_captured()
+        exe.free()
+
+    _run_threads(p, rank)
+    assert all(seen.values()), seen

@@ -6,7 +6,8 @@ symmetric, or its operand released -- launches nothing: no byte of any rank's en
 or symmetric out= changes), ``out`` (``execute(out=x)`` leaves the engine-owned result as it was),
 ``reshaped`` (an out= reshaped in place after its first use is checked anew), ``torch-empty``
 (torch CUDA operands with empty output boxes), ``lifetime`` (initialize/finalize cycles with
-objects freed, dropped and kept: no hang; an object used after finalize() raises). One rank per
+objects freed, dropped and kept: no hang; an object used after finalize() raises),
+``fresh-mixed`` (result="fresh" with out= on some ranks only raises on every rank). One rank per
 GPU, or several on one under REDIST_SHARED_GPU=1. Failures are reduced across ranks; rank 0
 prints ALL OK.
 """
@@ -179,8 +180,32 @@ def run_lifetime(report: Report, cycles: int = 10) -> None:
         redist.finalize()
 
 
+def run_fresh_mixed(report: Report) -> None:
+    """result="fresh" with out= on the last rank only: one collective allocation cannot happen on
+    some ranks, so every rank raises the same error (it hung before); out= everywhere and nowhere work."""
+    import cupy as cp
+    import redist
+    from redist import Redistribute, Slab
+
+    start()
+    a, want = problem()
+    with Redistribute(a, Slab.X, Slab.Y, options={"result": "fresh"}) as r:
+        r.plan()
+        sym = redist.allocate_symmetric_memory(want.shape, cp, dtype=np.float64)
+        sym[...] = 7.0
+        if P > 1:
+            report.expect_error(lambda: r.execute(out=sym if rank == last else None), redist.InvalidValueError,
+                                rf"rank\(s\) \[{last}\] passed out= and the others did not", "fresh, out= on one rank")
+            report.check((host(sym) == 7.0).all(), "the refused call wrote the out=")
+        report.check(r.execute(out=sym) is sym and np.array_equal(host(sym), want), "fresh, out= everywhere")
+        fresh = r.execute()
+        report.check(fresh is not sym and np.array_equal(host(fresh), want), "fresh, out= nowhere")
+        redist.free_symmetric_memory(fresh)
+        redist.free_symmetric_memory(sym)
+
+
 MODES = {"failed": run_failed, "out": run_out, "reshaped": run_reshaped, "torch-empty": run_torch_empty,
-         "lifetime": run_lifetime}
+         "lifetime": run_lifetime, "fresh-mixed": run_fresh_mixed}
 
 
 def main() -> int:
