@@ -600,7 +600,8 @@ class CudaExecutable:
             if c.binding != first:
                 raise InvalidStateError(
                     f"update_captured: graph 0x{graph:x} holds {len(copies)} copies of this exchange recorded with "
-                    "different operands or out= (e.g. one Redistribute executed for u, then for v, in one step); one "
+                    "different operands, out= or sync_symmetric_memory (e.g. one Redistribute executed for u, then for v, "
+                    "in one step); one "
                     "update would give them all the operand bound now. Capture again, or use one Redistribute per "
                     "operand")
         binding = active._binding()
