@@ -85,6 +85,21 @@ def communicator() -> MPI.Intracomm:
     return comm
 
 
+def start(gpu: bool):
+    """Initialise redist (on the GPU it picks for this rank, or on the host): the communicator and,
+    with ``gpu``, a non-blocking cupy stream made current (cupy's calls and redist's executes go on
+    it, and are captured from it); else None."""
+    redist.initialize(device_id=None if gpu else "cpu")
+    stream = None
+    if gpu:
+        import cupy  # pyright: ignore[reportMissingImports]
+
+        cupy.cuda.Device(context().device_id).use()
+        stream = cupy.cuda.Stream(non_blocking=True)
+        stream.use()
+    return communicator(), stream
+
+
 AUTO_HOST_LAYOUT = "natural"  # layout="auto" on the host (perf/RESULTS.md, "Spectral examples")
 
 
@@ -510,15 +525,7 @@ def main(argv=None) -> int:
     if len(shape) != 3:
         ap.error("--shape takes one or three extents")
 
-    redist.initialize(device_id=None if args.gpu else "cpu")
-    comm = communicator()
-    stream = None
-    if args.gpu:
-        import cupy  # pyright: ignore[reportMissingImports]
-
-        cupy.cuda.Device(context().device_id).use()  # the GPU redist picked for this rank
-        stream = cupy.cuda.Stream(non_blocking=True)
-        stream.use()
+    comm, stream = start(args.gpu)
     fft = PencilFFT(
         shape,
         args.grid,

@@ -36,8 +36,7 @@ import sys
 import time
 
 import numpy as np
-import redist
-from fft3d import PencilFFT, communicator, context
+from fft3d import PencilFFT, communicator, start
 from mpi4py import MPI
 
 __all__ = ["TaylorGreen", "series"]
@@ -218,15 +217,7 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
 
-    redist.initialize(device_id=None if args.gpu else "cpu")
-    comm = communicator()
-    stream = None
-    if args.gpu:
-        import cupy  # pyright: ignore[reportMissingImports]
-
-        cupy.cuda.Device(context().device_id).use()  # the GPU redist picked for this rank
-        stream = cupy.cuda.Stream(non_blocking=True)
-        stream.use()  # cupy's calls and redist's executes go on it (and are captured from it)
+    comm, stream = start(args.gpu)
     tg = TaylorGreen(
         args.n, nu=args.nu, dt=args.dt, grid=args.grid, gpu=args.gpu, stream=stream, layout=args.layout
     )

@@ -186,7 +186,7 @@ def layout_signature(obj) -> tuple:
     if isinstance(obj, RawArray):
         return obj.ptr, obj.shape, obj.strides, obj.itemsize, obj.memory, obj.device_id, obj.dtype, obj.readonly
     if package_of(obj) == "torch":
-        return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device, obj.is_conj(), obj.is_neg()
+        return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device
     return obj.data.ptr, obj.shape, obj.strides, obj.dtype  # cupy
 
 

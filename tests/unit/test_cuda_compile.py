@@ -1639,9 +1639,9 @@ def _ghosted(rt, shape, pad, itemsize):
     return Buffer(base, shape, geo.dense_strides(ghost, "C"), itemsize, "cuda", 0)
 
 
-def _two_operand_job(hub, r, gshape, itemsize=8):
-    """One simulated rank of a P = 1 Slab.X -> Slab.Y job with two operands (patterns 3 and 7)."""
-    ib, ob = slab_boxes(gshape, 1, 0), slab_boxes(gshape, 1, 1)
+def _two_operand_job(hub, r, gshape, itemsize=8, nranks=1):
+    """Rank ``r`` of a simulated Slab.X -> Slab.Y job with two operands (patterns 3 and 7)."""
+    ib, ob = slab_boxes(gshape, nranks, 0), slab_boxes(gshape, nranks, 1)
     rt = _Runtime(hub, r)
     exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
     Gs = [global_bytes(gshape, itemsize, s) for s in (3, 7)]
@@ -1875,15 +1875,6 @@ def test_out_and_failed_calls_leave_the_result_alone_on_a_simulated_job(transpor
     _run_threads(p, rank)
 
 
-def _capture_job(hub, r, p, gshape, itemsize=8):
-    """A Slab.X -> Slab.Y exchange on rank ``r`` of a simulated job, with two operands u, v."""
-    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
-    rt = _Runtime(hub, r)
-    exe = _lower(rt, make_plan(r, ib, ob, itemsize=itemsize))
-    Gs = [global_bytes(gshape, itemsize, s) for s in (3, 7)]
-    u, v = (_operand(rt, G, ib[r], itemsize)[0] for G in Gs)
-    return rt, exe, u, v, [expected_bytes(G, ob[r], "C") for G in Gs], geo.box_shape(ob[r])
-
 
 @pytest.mark.parametrize("between", ["result", "other out="])
 def test_update_captured_keeps_the_recorded_out(between):
@@ -1894,8 +1885,8 @@ def test_update_captured_keeps_the_recorded_out(between):
     seen = {}
 
     def rank(hub, r):
-        rt, exe, u, v, wants, shape = _capture_job(hub, r, p, gshape, itemsize)
-        drv = rt.driver
+        rt, drv, exe, u, v, wants = _two_operand_job(hub, r, gshape, itemsize, nranks=p)
+        shape = geo.box_shape(slab_boxes(gshape, p, 1)[r])
         x, y = _ghosted(rt, shape, 0, itemsize), _ghosted(rt, shape, 0, itemsize)
         n = len(wants[0])
         exe.rebind_input(u)
