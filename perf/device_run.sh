@@ -60,14 +60,14 @@ for s in "$@"; do
     (cd perf && timeout 200 python3 bench_permuted_sizes.py this 2>&1 | grep -E "^this" | tee "$OUT/bench_permuted_sizes.txt") ;;
   contract)
     step "CUDA contract tests (#22) P=1, then ${CONTRACT_K:-P2 or P3} ranks sharing the GPU"
-    timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_contract.py -k "not shared" 2>&1 | tee "$OUT/pytest_contract.txt" | tail -8
-    REDIST_SHARED_GPU=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_contract.py -k "shared and (${CONTRACT_K:-P2 or P3})" 2>&1 | tee -a "$OUT/pytest_contract.txt" | tail -8 ;;
+    timeout ${CONTRACT_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_contract.py -k "not shared" 2>&1 | tee "$OUT/pytest_contract.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout ${CONTRACT_SHARED_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_contract.py -k "shared and (${CONTRACT_K:-P2 or P3})" 2>&1 | tee -a "$OUT/pytest_contract.txt" | tail -8 ;;
   examples)
     step "spectral examples on the GPU (#23): tests P=1 and 2 ranks sharing, Taylor-Green captured vs eager"
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/examples/test_spectral.py -k gpu 2>&1 | tee "$OUT/pytest_examples_gpu.txt" | tail -8
     REDIST_SHARED_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/examples/test_spectral.py -k "gpu and shared" 2>&1 | tee -a "$OUT/pytest_examples_gpu.txt" | tail -8
-    for n in 64 256; do for mode in "" --eager; do
-      timeout 200 $MPI -n 1 python3 examples/taylor_green.py --gpu $mode --n $n --steps 20 --every 20 2>&1 | tee -a "$OUT/taylor_green_gpu.txt" | tail -3
+    for n in ${TG_SIZES:-64 256}; do for mode in "" --eager; do
+      timeout 200 $MPI -n 1 python3 examples/taylor_green.py --gpu $mode --n $n --steps ${TG_STEPS:-20} --every 10 2>&1 | tee -a "$OUT/taylor_green_gpu.txt" | tail -3
     done; done ;;
   tune)
     step "copy kernel variants and launch layers, P=1"

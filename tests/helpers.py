@@ -56,6 +56,18 @@ def shared_gpu() -> bool:
     return os.environ.get("REDIST_SHARED_GPU", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def gpu_env(**extra) -> dict:
+    """The environment of a GPU worker: this process's (PYTHONPATH kept: GPU machines install redist
+    with ``pip --target``), NVSHMEM's settings for one host (no NVLink multicast, UID bootstrap over
+    ``lo``) unless already set, unbuffered output."""
+    env = dict(os.environ)
+    for key, value in (("NVSHMEM_DISABLE_NVLS", "1"), ("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),
+                       ("PYTHONUNBUFFERED", "1")):
+        env.setdefault(key, value)
+    env.update(extra)
+    return env
+
+
 def gpu_ranks(*counts):
     """pytest parameters ``P1``, ``P2``...: rank counts a GPU test can run here (one GPU per rank, or
     several ranks on one GPU under REDIST_SHARED_GPU=1; those ids end in ``-shared``)."""
@@ -271,14 +283,14 @@ def run(cmd, *, env=None, timeout=60) -> subprocess.CompletedProcess:
                           env=clean_env() if env is None else env)
 
 
-def mpi(nprocs, exe, *args, timeout=120):
-    """``mpiexec -n nprocs exe args`` in a clean environment, killed after ``timeout`` s."""
+def mpi(nprocs, exe, *args, timeout=120, env=None):
+    """``mpiexec -n nprocs exe args`` in ``env`` (default: a clean environment), killed after ``timeout`` s."""
     import pytest
     from redist._launch import find_mpiexec, run_mpi
 
     if find_mpiexec() is None:
         pytest.skip("mpiexec not found")
-    return run_mpi(nprocs, [str(exe), *map(str, args)], timeout=timeout, env=clean_env())
+    return run_mpi(nprocs, [str(exe), *map(str, args)], timeout=timeout, env=clean_env() if env is None else env)
 
 
 # --- resources of this process (lifetime and soak workers) ----------------------------------

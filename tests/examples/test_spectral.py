@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import helpers
-from helpers import TESTS, gpu_ranks, mpi, run
+from helpers import TESTS, gpu_env, gpu_ranks, mpi, run
 
 pytestmark = pytest.mark.mpi
 
@@ -23,8 +23,8 @@ EXAMPLES = TESTS.parent / "examples"
 FFTW_F03 = Path("/usr/include/fftw3.f03")  # Debian's libfftw3-dev
 
 
-def example(nprocs, script, *args, timeout=120):
-    res = mpi(nprocs, sys.executable, EXAMPLES / script, *args, timeout=timeout)
+def example(nprocs, script, *args, timeout=120, env=None):
+    res = mpi(nprocs, sys.executable, EXAMPLES / script, *args, timeout=timeout, env=env)
     assert res.returncode == 0, (
         f"mpiexec -n {nprocs} {script} {' '.join(map(str, args))} (rc={res.returncode}):\n"
         f"{res.stdout[-4000:]}"
@@ -36,6 +36,15 @@ def example(nprocs, script, *args, timeout=120):
 def test_help(script):
     res = run([sys.executable, EXAMPLES / script, "--help"])
     assert res.returncode == 0 and "usage:" in res.stdout and "--gpu" in res.stdout, res.stdout + res.stderr
+
+
+def test_taylor_green_refuses_an_unstable_dt():
+    """At 512^3 the default dt is past RK4's stability limit for the viscous term: refused before any
+    set-up, naming the largest dt that is stable."""
+    res = run([sys.executable, EXAMPLES / "taylor_green.py", "--n", "512"])
+    assert res.returncode == 2 and "stability limit" in res.stderr and "--dt <= 0.00321" in res.stderr, (
+        res.stderr
+    )
 
 
 @pytest.mark.parametrize(
@@ -94,15 +103,15 @@ print("OK")
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
 
 
-def _fft3d(nprocs, *args):
+def _fft3d(nprocs, *args, env=None):
     """fft3d.py's forward and backward against numpy.fft.rfftn / irfftn of the gathered array."""
-    out = example(nprocs, "fft3d.py", *args, "--iters", "1")
+    out = example(nprocs, "fft3d.py", *args, "--iters", "1", env=env)
     m = re.search(r"max relative error (\S+) \((OK|FAILED)", out)
     assert m and m.group(2) == "OK" and float(m.group(1)) <= 1e-12, out
 
 
-def _taylor_green(nprocs, *args):
-    out = example(nprocs, "taylor_green.py", "--n", "16", "--steps", "10", "--nu", "0.002", *args)
+def _taylor_green(nprocs, *args, env=None):
+    out = example(nprocs, "taylor_green.py", "--n", "16", "--steps", "10", "--nu", "0.002", *args, env=env)
     rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", out, re.MULTILINE)
     assert len(rows) == 11, out
     return [tuple(float(v) for v in row) for row in rows]
@@ -142,8 +151,8 @@ def test_taylor_green_ranks_agree_and_follow_the_series():
 @pytest.mark.parametrize("nprocs", gpu_ranks(1, 2))
 def test_fft3d_gpu_matches_numpy(nprocs):
     """cupy + cuFFT lines, every exchange on the CUDA backend with permuted results."""
-    _fft3d(nprocs, "--gpu", "--shape", "17", "12", "10", "--fields", "2")
-    _fft3d(nprocs, "--gpu", "--shape", "9", "8", "6", "--grid", "1", str(nprocs))
+    _fft3d(nprocs, "--gpu", "--shape", "17", "12", "10", "--fields", "2", env=gpu_env())
+    _fft3d(nprocs, "--gpu", "--shape", "9", "8", "6", "--grid", "1", str(nprocs), env=gpu_env())
 
 
 @pytest.mark.gpu
@@ -152,8 +161,8 @@ def test_fft3d_gpu_matches_numpy(nprocs):
 def test_taylor_green_gpu_equals_host(nprocs, mode):
     """The whole RK4 step captured once into a CUDA graph and replayed (or launched eagerly) gives the
     host run's energy and dissipation to round-off at every step."""
-    host = _taylor_green(1)
-    gpu = _taylor_green(nprocs, "--gpu", *mode)
+    host = _taylor_green(1, env=gpu_env())
+    gpu = _taylor_green(nprocs, "--gpu", *mode, env=gpu_env())
     worst = max(abs(a[i] - b[i]) / abs(a[i]) for a, b in zip(host, gpu) for i in (2, 3))
     assert worst < 1e-12, worst
 

@@ -8,8 +8,7 @@ The same logic runs in CI on the simulated driver (tests/unit/test_cuda_compile.
 from __future__ import annotations
 
 import pytest
-from helpers import gpu_ranks
-from test_cuda import ENV
+from helpers import gpu_env, gpu_ranks
 
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi]
 
@@ -19,4 +18,4 @@ MODES = {"torch": 300, "cupy": 240, "step": 300, "readme": 120}
 @pytest.mark.parametrize("nranks", gpu_ranks(1, 2, 3, 4))
 @pytest.mark.parametrize("mode", list(MODES))
 def test_capture_mode(mpirun, mode, nranks):
-    mpirun(nranks, "capture_worker.py", mode, timeout=MODES[mode], env=ENV)
+    mpirun(nranks, "capture_worker.py", mode, timeout=MODES[mode], env=gpu_env())

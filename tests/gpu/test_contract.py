@@ -8,17 +8,12 @@ Cases of P ranks need P GPUs, or one GPU and ``REDIST_SHARED_GPU=1`` (ids end in
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from helpers import gpu_ranks
+from helpers import gpu_env, gpu_ranks
 
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi]
 
-ENV = dict(os.environ)
-ENV.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-ENV.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
-ENV.setdefault("PYTHONUNBUFFERED", "1")
+ENV = gpu_env()
 
 MODES = ("failed", "out", "reshaped", "torch-empty", "lifetime", "fresh-mixed")
 

@@ -14,17 +14,12 @@ GPU: correct but slow, the processes time-slice; ids end in ``-shared``).
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from helpers import gpu_ranks
+from helpers import gpu_env, gpu_ranks
 
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi]
 
-ENV = dict(os.environ)
-ENV.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-ENV.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
-ENV.setdefault("PYTHONUNBUFFERED", "1")
+ENV = gpu_env()
 
 MODES = {"engine": 300, "replay": 240, "api": 240, "fields": 180}
 
@@ -40,5 +35,5 @@ def test_heap_too_small_names_the_setting(mpirun, nranks):
     """A symmetric allocation larger than the heap may grow to (NVSHMEM_MAX_MEMORY_PER_GPU with
     CUDA VMM) raises InvalidValueError on every rank, naming the settings to raise; the runtime keeps
     working afterwards."""
-    env = dict(ENV, NVSHMEM_SYMMETRIC_SIZE=str(256 << 20), NVSHMEM_MAX_MEMORY_PER_GPU=str(2 << 30))
+    env = gpu_env(NVSHMEM_SYMMETRIC_SIZE=str(256 << 20), NVSHMEM_MAX_MEMORY_PER_GPU=str(2 << 30))
     mpirun(nranks, "cuda_worker.py", "heap", timeout=120, env=env)
