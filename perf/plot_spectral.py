@@ -35,7 +35,7 @@ def read_run(path):
     head = re.search(r"(\d+) rank\(s\), (\d+)\^3, nu ([^,\s]+), dt ([^,\s]+)", text)
     rows = np.array([[float(v) for v in m.groups()] for m in
                      re.finditer(r"^\s*\d+\s+(\S+)\s+(\S+)\s+(\S+)$", text, re.MULTILINE)])
-    label = f"{head.group(2)}$^3$, P={head.group(1)}, dt {head.group(4)}"
+    label = f"{head.group(2)}$^3$, P={head.group(1)}, dt {head.group(4)}{', GPU' if ', GPU' in text else ''}"
     return label, float(head.group(3)), rows[:, 0], rows[:, 1], rows[:, 2]
 
 
@@ -65,15 +65,16 @@ STYLE = {"redist fft3d, FFTW, natural": "-o", "redist fft3d, numpy.fft, natural"
 
 
 def steps_panel(ax, path):
-    """Taylor-Green time per RK4 step against N, one curve per P (lines 'P=2 N=32: ... median X ms')."""
+    """Taylor-Green time per RK4 step against N, one curve per label (lines 'LABEL N=32: ... median X ms',
+    e.g. 'P=2 N=32: ...' or 'GPU P=1 captured N=64: ...')."""
     with open(path) as f:
-        rows = re.findall(r"P=(\d+) N=(\d+): time per step: median (\S+) ms", f.read())
-    for p in sorted({int(r[0]) for r in rows}):
-        pts = [(int(n), float(ms)) for q, n, ms in rows if int(q) == p]
-        ax.plot([n for n, _ in pts], [ms for _, ms in pts], "-o", label=f"P = {p}")
+        rows = re.findall(r"^(.+?) N=(\d+): time per step: median (\S+) ms", f.read(), re.MULTILINE)
+    for label in dict.fromkeys(r[0] for r in rows):
+        pts = [(int(n), float(ms)) for q, n, ms in rows if q == label]
+        ax.plot([n for n, _ in pts], [ms for _, ms in pts], ":s" if "GPU" in label else "-o", label=label)
     ns = sorted({int(r[1]) for r in rows})
     ax.set(xscale="log", yscale="log", xlabel="N (N^3 grid)", ylabel="ms per RK4 step",
-           title="taylor_green.py, numpy.fft, host (2-core container)")
+           title="taylor_green.py: host (2 cores, numpy.fft), one H200 (cupy)")
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.grid(alpha=0.3, which="both")
