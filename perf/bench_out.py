@@ -2,7 +2,7 @@
 """The host exchange with and without ``out=``: the engine-owned result vs the user's own arrays.
 
     mpiexec -n P python perf/bench_out.py [--sizes 32 256] [--reps 15] [--methods auto hybrid]
-                                          [--dtype float64] [--json FILE]
+                                          [--dtype float64] [--read] [--json FILE]
 
 Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side by side:
 
@@ -10,6 +10,9 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
 * ``out=``    -- ``execute(out=...)`` alternating between two arrays of the caller (a double-
                  buffered time loop)
 * ``copy``    -- the floor of a local exchange: one numpy copy of this rank's output box
+* with ``--read``, also ``result, read`` and ``out=, read``: each call followed by what a time loop
+  does next, reading what arrived (one numpy copy of it into a scratch array). A result stored by
+  a peer is still in that peer's cache; an out= the receiver copied into is in its own.
 
 ``--methods`` takes host methods, and ``push-messages``: push with the data of out= calls sent as
 messages whatever the size (``LANDING_MAX`` 0 while it is planned; where landing stops paying).
@@ -65,6 +68,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--methods", nargs="+", default=["auto", "hybrid"])
     ap.add_argument("--dtype", default="float64")
+    ap.add_argument("--read", action="store_true", help="also time each call followed by reading what arrived")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
@@ -77,7 +81,7 @@ def main() -> None:
         a = np.ascontiguousarray(g[tuple(slice(lo, hi) for lo, hi in zip(*ib))])
         want = g[tuple(slice(lo, hi) for lo, hi in zip(*ob))]
         outs = [np.empty(want.shape, args.dtype), np.empty(want.shape, args.dtype)]
-        scratch = np.empty(want.shape, args.dtype)
+        scratch, read = np.empty(want.shape, args.dtype), np.empty(want.shape, args.dtype)
         variants = {}
         objs = []
         for m in args.methods:
@@ -96,6 +100,17 @@ def main() -> None:
 
             variants[f"{m} ({method}) result"] = r.execute
             variants[f"{m} ({method}) out="] = out_call
+            if args.read:
+
+                def result_read(r=r):
+                    np.copyto(read, r.execute())
+
+                def out_read(r=r, state=state):
+                    state["i"] ^= 1
+                    np.copyto(read, r.execute(out=outs[state["i"]]))
+
+                variants[f"{m} ({method}) result, read"] = result_read
+                variants[f"{m} ({method}) out=, read"] = out_read
         variants["copy"] = lambda: np.copyto(scratch, want)
         calls = {}
         for k, fn in variants.items():  # calls per timing: >= 20 ms
