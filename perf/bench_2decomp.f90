@@ -1,9 +1,12 @@
 ! SPDX-License-Identifier: Apache-2.0
 !
 ! bench_2decomp.f90: 2DECOMP&FFT's four pencil transposes, timed the way perf/bench_pencils.c times
-! redist's, so that its PEER_TIMINGS file can hold this program's output.
+! redist's, so that its PEER_TIMINGS file can hold this program's output -- and, in the same program,
+! redist's same four transposes from Fortran (`use redist`, cabi/redist.f90) into the same arrays,
+! each iteration timing 2DECOMP&FFT's call and then redist's.
 !
-!   mpif90 -O2 -march=native -I$D2D/include bench_2decomp.f90 $D2D/lib/libdecomp2d.a -o bench_2decomp
+!   mpif90 -O2 -march=native -I$D2D/include bench_2decomp.f90 $D2D/lib/libdecomp2d.a \
+!          $(python -m redist.cabi flags --out DIR --fflags --flibs) -o bench_2decomp
 !   mpiexec -n P ./bench_2decomp N P_ROW P_COL ITERS [boxes]
 !
 ! (perf/bench_2decomp.sh builds 2DECOMP&FFT in a temporary directory and runs this.) An N^3 array on
@@ -14,24 +17,30 @@
 ! and minimum over ITERS iterations after 3 warm-up ones. Element value = global column-major index
 ! g (0-based), complex (g, -g - 0.5). One untimed pass into destinations poisoned with -1 checks
 ! that every transpose writes every element; every timed iteration's result is checked too. Rank 0
-! prints one line per case:
+! prints one line per case and library:
 !   2DECOMP&FFT <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
+!   redist-f90 <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
+! (redist: redist_create_f on 2DECOMP&FFT's own pencil bounds, 1-based inclusive as Fortran gives
+! them, the operand bound once, redist_execute into the destination array: out=.)
 ! With a fifth argument "boxes" every rank prints its pencils as 0-based half-open boxes instead,
 ! "rank R X lo0 lo1 lo2 hi0 hi1 hi2" (and Y, Z), to compare with bench_pencils.c's layout.
 program bench_2decomp
+   use, intrinsic :: iso_c_binding, only: c_int32_t, c_int64_t, c_loc, c_null_ptr, c_ptr
    use mpi
    use decomp_2d
    use decomp_2d_constants
+   use redist
    implicit none
 
    integer, parameter :: warmup = 3
    character(len=3), parameter :: names(4) = ['x2y', 'y2z', 'z2y', 'y2x']
    integer :: n, prow, pcol, iters, ierr, rank, k, cplx
    character(len=32) :: arg
-   real(8), allocatable :: rx(:, :, :), ry(:, :, :), rz(:, :, :)
-   complex(8), allocatable :: cx(:, :, :), cy(:, :, :), cz(:, :, :)
-   real(8), allocatable :: times(:, :)
-   logical :: good(4)
+   real(8), allocatable, target :: rx(:, :, :), ry(:, :, :), rz(:, :, :)
+   complex(8), allocatable, target :: cx(:, :, :), cy(:, :, :), cz(:, :, :)
+   real(8), allocatable :: times(:, :), rtimes(:, :)
+   logical :: good(4), rgood(4)
+   type(redist_t) :: handles(4)
 
    call MPI_Init(ierr)
    call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -45,15 +54,17 @@ program bench_2decomp
    call get_command_argument(4, arg); read (arg, *) iters
    decomp_log = D2D_LOG_QUIET
    call decomp_2d_init(n, n, n, prow, pcol, complex_pool=.true.)  ! work buffers for complex(8) too
+   call need(redist_initialize(int(MPI_COMM_WORLD, c_int32_t), REDIST_DEVICE_NONE), 'redist_initialize')
 
    if (command_argument_count() > 4) then
       call print_boxes()
+      call need(redist_finalize(), 'redist_finalize')
       call decomp_2d_finalize()
       call MPI_Finalize(ierr)
       stop
    end if
 
-   allocate (times(iters, 4))
+   allocate (times(iters, 4), rtimes(iters, 4))
    allocate (rx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
    allocate (ry(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
    allocate (rz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
@@ -63,16 +74,25 @@ program bench_2decomp
    call fill_real(rx)
    call fill_complex(cx)
    do cplx = 0, 1
-      do k = 1, 4  ! once into a destination poisoned with -1: every element written
+      call create_handles()
+      do k = 1, 4  ! once into a destination poisoned with -1: every element written, by both
          call poison(k)
          call move(k)
          good(k) = right(k)
+         call poison(k)
+         call redist_move(k)
+         rgood(k) = right(k)
       end do
       call time_all()
-      call report(merge('complex8', 'real8   ', cplx == 1))
+      call report('2DECOMP&FFT', merge('complex8', 'real8   ', cplx == 1), times, good)
+      call report('redist-f90', merge('complex8', 'real8   ', cplx == 1), rtimes, rgood)
+      do k = 1, 4
+         call need(redist_free(handles(k)), 'redist_free')
+      end do
    end do
    deallocate (rx, ry, rz, cx, cy, cz)
 
+   call need(redist_finalize(), 'redist_finalize')
    call decomp_2d_finalize()
    call MPI_Finalize(ierr)
 
@@ -163,6 +183,54 @@ contains
       end select
    end subroutine move
 
+   ! a redist status other than REDIST_SUCCESS: say which call failed, stop every rank
+   subroutine need(status, what)
+      integer(c_int32_t), intent(in) :: status
+      character(len=*), intent(in) :: what
+      if (status /= REDIST_SUCCESS) then
+         write (*, '(a, i0, 3a)') 'rank ', rank, ': ', what, ' failed'
+         call MPI_Abort(MPI_COMM_WORLD, 3, ierr)
+      end if
+   end subroutine need
+
+   ! redist's handles for the four transposes of the current element type: 2DECOMP&FFT's pencil
+   ! bounds, the operand bound once, planned
+   subroutine create_handles()
+      integer(c_int64_t) :: lo(3, 3), hi(3, 3), isz
+      integer, parameter :: from(4) = [1, 2, 3, 2], to(4) = [2, 3, 2, 1]
+      type(c_ptr) :: src(4)
+      integer :: c
+      lo(:, 1) = xstart; hi(:, 1) = xend
+      lo(:, 2) = ystart; hi(:, 2) = yend
+      lo(:, 3) = zstart; hi(:, 3) = zend
+      if (cplx == 1) then
+         isz = 16
+         src = [c_loc(cx), c_loc(cy), c_loc(cz), c_loc(cy)]
+      else
+         isz = 8
+         src = [c_loc(rx), c_loc(ry), c_loc(rz), c_loc(ry)]
+      end if
+      do c = 1, 4
+         call need(redist_create_f(handles(c), lo(:, from(c)), hi(:, from(c)), lo(:, to(c)), hi(:, to(c)), isz, &
+                                   REDIST_MEMORY_HOST, src(c)), 'redist_create_f')
+         call need(redist_plan(handles(c), c_null_ptr), 'redist_plan')
+      end do
+   end subroutine create_handles
+
+   ! redist's transpose k into its destination array (out=)
+   subroutine redist_move(k)
+      integer, intent(in) :: k
+      type(c_ptr) :: res
+      select case (k + 4*cplx)
+      case (1, 3); call need(redist_execute(handles(k), c_null_ptr, c_loc(ry), res), 'redist_execute')
+      case (2); call need(redist_execute(handles(k), c_null_ptr, c_loc(rz), res), 'redist_execute')
+      case (4); call need(redist_execute(handles(k), c_null_ptr, c_loc(rx), res), 'redist_execute')
+      case (5, 7); call need(redist_execute(handles(k), c_null_ptr, c_loc(cy), res), 'redist_execute')
+      case (6); call need(redist_execute(handles(k), c_null_ptr, c_loc(cz), res), 'redist_execute')
+      case default; call need(redist_execute(handles(k), c_null_ptr, c_loc(cx), res), 'redist_execute')
+      end select
+   end subroutine redist_move
+
    ! -1 into the destination of transpose k
    subroutine poison(k)
       integer, intent(in) :: k
@@ -189,34 +257,52 @@ contains
       end select
    end function right
 
-   ! ITERS timed iterations after the warm-up ones, each result checked
+   ! ITERS timed iterations after the warm-up ones, each result checked: per transpose, 2DECOMP&FFT's
+   ! call, then redist's (its destination poisoned again in between, untimed)
    subroutine time_all()
       integer :: it, c
-      real(8) :: t0
       do it = 1 - warmup, iters
          do c = 1, 4
-            call MPI_Barrier(MPI_COMM_WORLD, ierr)
-            t0 = MPI_Wtime()
-            call move(c)
-            t0 = slowest(t0)
-            if (it >= 1) times(it, c) = t0
-            good(c) = good(c) .and. right(c)
+            call timed(c, it, .false., times, good)
+            call poison(c)
+            call timed(c, it, .true., rtimes, rgood)
          end do
       end do
    end subroutine time_all
 
-   ! rank 0: one PEER_TIMINGS line per transpose (correctness agreed over all ranks)
-   subroutine report(prec)
-      character(len=*), intent(in) :: prec
+   ! one timed transpose c of iteration it (2DECOMP&FFT's, or redist's), recorded and checked
+   subroutine timed(c, it, with_redist, tt, ok)
+      integer, intent(in) :: c, it
+      logical, intent(in) :: with_redist
+      real(8), intent(inout) :: tt(:, :)
+      logical, intent(inout) :: ok(4)
+      real(8) :: t0
+      call MPI_Barrier(MPI_COMM_WORLD, ierr)
+      t0 = MPI_Wtime()
+      if (with_redist) then
+         call redist_move(c)
+      else
+         call move(c)
+      end if
+      t0 = slowest(t0)
+      if (it >= 1) tt(it, c) = t0
+      ok(c) = ok(c) .and. right(c)
+   end subroutine timed
+
+   ! rank 0: one PEER_TIMINGS line per transpose of library lib (correctness agreed over all ranks)
+   subroutine report(lib, prec, tt, ok)
+      character(len=*), intent(in) :: lib, prec
+      real(8), intent(in) :: tt(:, :)
+      logical, intent(in) :: ok(4)
       integer :: c
       logical :: all_good(4)
       real(8) :: t(iters)
-      call MPI_Allreduce(good, all_good, 4, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, ierr)
+      call MPI_Allreduce(ok, all_good, 4, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, ierr)
       if (rank /= 0) return
       do c = 1, 4
-         t = times(:, c)
+         t = tt(:, c)
          call sort(t)
-         write (*, '(a, 1x, a, 3(1x, i0), 1x, a, 2(1x, f0.4), 1x, l1)') '2DECOMP&FFT', trim(prec), &
+         write (*, '(a, 1x, a, 3(1x, i0), 1x, a, 2(1x, f0.4), 1x, l1)') lib, trim(prec), &
             n, prow, pcol, &
             names(c), 1d3*median(t), 1d3*t(1), all_good(c)
       end do

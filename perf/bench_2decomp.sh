@@ -7,7 +7,9 @@
 #
 # SRC: a 2DECOMP&FFT source tree (not part of redist; built here in a temporary directory and never
 # kept). OUT: a folder for the raw outputs: peer.txt (perf/bench_2decomp.f90's PEER_TIMINGS lines),
-# redist_N_PxQ.md (perf/bench_pencils.c's tables with the ratios), layout_check.txt, load.txt. Run
+# redist_N_PxQ.md (perf/bench_pencils.c's tables with the ratios: redist from C), fortran.txt (the
+# same program's redist lines: redist from Fortran, timed beside 2DECOMP&FFT in one program) and
+# fortran_vs_2decomp.md (their ratios), layout_check.txt, load.txt. Run
 # it from the repository root inside a venv whose mpi4py is built on Open MPI (README, "Using your
 # cluster's MPI").
 #
@@ -27,15 +29,16 @@ FC=mpif90.openmpi cmake -S "$src" -B "$tmp/d2d" -DCMAKE_BUILD_TYPE=Release -DBUI
     -DFFT_Choice=generic -DDOUBLE_PRECISION=ON -DBUILD_TESTING=OFF > "$tmp/cmake.log"
 sed -i 's/-O3 -march=native/-O2 -march=native/' "$tmp/d2d/src/CMakeFiles/decomp2d.dir/flags.make"
 cmake --build "$tmp/d2d" -j "$(nproc)" > "$tmp/build.log"
-mpif90.openmpi -O2 -march=native -I"$tmp/d2d/include" perf/bench_2decomp.f90 "$tmp/d2d/lib/libdecomp2d.a" \
-    -o "$tmp/bench_2decomp"
-
 python -m redist.cabi build --out "$tmp/cabi" > /dev/null
+# shellcheck disable=SC2046
+mpif90.openmpi -O2 -march=native -I"$tmp/d2d/include" perf/bench_2decomp.f90 "$tmp/d2d/lib/libdecomp2d.a" \
+    $(python -m redist.cabi flags --out "$tmp/cabi" --fflags --flibs) -o "$tmp/bench_2decomp"
 # shellcheck disable=SC2046
 mpicc.openmpi -O2 perf/bench_pencils.c $(python -m redist.cabi flags --out "$tmp/cabi" --cflags --libs) \
     -o "$tmp/bench_pencils"
 
 : > "$out/peer.txt"
+: > "$out/fortran.txt"
 : > "$out/layout_check.txt"
 mpicc.openmpi -ffunction-sections -Iperf -Icabi -c perf/pencil_boxes.c -o "$tmp/pencil_boxes.o"
 mpicc.openmpi "$tmp/pencil_boxes.o" -Wl,--gc-sections -o "$tmp/pencil_boxes"
@@ -54,9 +57,26 @@ for g in $grids; do
     for n in $sizes; do
         echo "# load before P=$p ${prow}x$pcol N=$n: $(cut -d' ' -f1-3 /proc/loadavg)" \
             | tee -a "$out/load.txt"
-        (cd "$tmp" && mpiexec.openmpi -n "$p" ./bench_2decomp "$n" "$prow" "$pcol" "$iters") \
-            | tee -a "$out/peer.txt"
+        (cd "$tmp" && mpiexec.openmpi -n "$p" ./bench_2decomp "$n" "$prow" "$pcol" "$iters") | tee "$tmp/both.txt"
+        grep '^2DECOMP' "$tmp/both.txt" >> "$out/peer.txt"
+        grep '^redist-f90' "$tmp/both.txt" >> "$out/fortran.txt"
         mpiexec.openmpi -n "$p" "$tmp/bench_pencils" "$n" "$prow" "$pcol" "$iters" "$out/peer.txt" \
             | tee "$out/redist_${n}_${prow}x$pcol.md"
     done
 done
+python - "$out" <<'EOF'
+import pathlib, sys
+out = pathlib.Path(sys.argv[1])
+def cases(name):
+    rows = [line.split() for line in (out / name).read_text().splitlines() if line.strip()]
+    return {tuple(r[1:6]): (float(r[6]), r[8]) for r in rows}
+peer, ours = cases("peer.txt"), cases("fortran.txt")
+lines = ["| elements | N | grid | transpose | redist from Fortran, out= (ms) | 2DECOMP&FFT (ms) | redist / 2DECOMP&FFT |",
+         "|---|---|---|---|---|---|---|"]
+for key, (ms, ok) in ours.items():
+    prec, n, prow, pcol, name = key
+    if key in peer and ok == "T" and peer[key][1] == "T":
+        lines.append(f"| {prec} | {n} | {prow}x{pcol} | {name} | {ms:.4f} | {peer[key][0]:.4f} | {ms / peer[key][0]:.2f} |")
+(out / "fortran_vs_2decomp.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+EOF

@@ -14,8 +14,10 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
   does next, reading what arrived (one numpy copy of it into a scratch array). A result stored by
   a peer is still in that peer's cache; an out= the receiver copied into is in its own.
 
-``--methods`` takes host methods, and ``push-messages``: push with the data of out= calls sent as
-messages whatever the size (``LANDING_MAX`` 0 while it is planned; where landing stops paying).
+``--methods`` takes host methods, ``push-messages``: push with the data of out= calls sent as
+messages whatever the size (``LANDING_MAX`` 0 and ``DIRECT`` off while it is planned), and
+``push-direct``: stored straight into ``out=`` by the peers whatever the size and MPI
+(``LANDING_MAX`` 0, ``DIRECT`` on; where the kernel allows it).
 Every variant is checked against the expected result first. A repetition times every variant
 once, interleaved (calls per timing chosen so that one timing lasts >= 20 ms; barrier before,
 the slowest rank counts); the table gives the median over ``--reps`` repetitions in ms per call
@@ -42,16 +44,19 @@ except ImportError:  # a checkout without it
 
 
 def plan_with(r, method: str) -> None:
-    """``r.plan()``; "push-messages": with push's landing of out= calls turned off."""
+    """``r.plan()``; "push-messages" / "push-direct": with push's landing of out= calls turned off,
+    and its direct stores off / on."""
     if push is None or not hasattr(push, "LANDING_MAX"):  # an older checkout: nothing to turn off
         r.plan()
         return
-    landing = push.LANDING_MAX
-    push.LANDING_MAX = 0 if method == "push-messages" else landing
+    landing, direct = push.LANDING_MAX, getattr(push, "DIRECT", None)
+    if method in ("push-messages", "push-direct"):
+        push.LANDING_MAX = 0
+        push.DIRECT = method == "push-direct"
     try:
         r.plan()
     finally:
-        push.LANDING_MAX = landing
+        push.LANDING_MAX, push.DIRECT = landing, direct
 
 
 def timed(fn, comm, calls: int) -> float:

@@ -10,6 +10,7 @@ Workers run as scripts under ``mpiexec``; they put ``tests/`` on ``sys.path`` an
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -54,6 +55,27 @@ NO_TORCH = "needs PyTorch (CPU build: pip install torch --index-url https://down
 def shared_gpu() -> bool:
     """REDIST_SHARED_GPU=1: GPU tests may put several ranks on one GPU."""
     return os.environ.get("REDIST_SHARED_GPU", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+#: push's routes for calls with an out=, as host-method names of the tests: "push" (as planned),
+#: "push-messages" (MPI messages into out= at every size), "push-direct" (the peers' stores straight
+#: into out=, cross-memory attach, at every size and on every MPI, short runs too)
+PUSH_ROUTES = ("push", "push-messages", "push-direct")
+
+
+@contextlib.contextmanager
+def push_route(method: str):
+    """Objects planned inside take push's route ``method`` (one of :data:`PUSH_ROUTES`) for calls with
+    an out=; any other method: nothing changes."""
+    from redist.engine.host import push
+
+    saved = push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN
+    if method in ("push-messages", "push-direct"):
+        push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN = 0, method == "push-direct", 0
+    try:
+        yield
+    finally:
+        push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN = saved
 
 
 def gpu_env(**extra) -> dict:

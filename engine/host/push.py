@@ -27,12 +27,25 @@ One execute, on every rank (:class:`.status.StatusRound`):
      staging, a slot per source) instead, and the rank copies its slots into ``out=`` after
      the arrivals; its local part goes straight into ``out=``. Two copies of the remote part,
      but no rendezvous: cheaper than any message while latency dominates;
-   * larger ones: the call moves its data as MPI messages straight into every ``out=`` (and
+   * larger ones, on Open MPI (:data:`DIRECT`: there its messages into ``out=`` are the slower
+     route; on MPICH they are the faster one, perf/RESULTS.md), where every pair of ranks can use
+     Linux cross-memory attach (checked once, when the object is planned) and every run of the
+     exchange is at least :data:`DIRECT_MIN_RUN` bytes: a rank whose every ``out=`` is laid out like its result
+     writes the ``out=`` addresses into its segment and says so in its status (*direct*); the
+     peers store their parts straight into that ``out=`` with ``process_vm_writev`` (one copy,
+     by the sender, as into a result), and into the results of the ranks without an ``out=``;
+     arrivals as above. Each element moves once and no message carries data;
+   * otherwise: the call moves its data as MPI messages straight into every ``out=`` (and
      into the results of the ranks that have none) -- the message methods' exchange, run by an
      inner :class:`~.executable.HostExecutable` (``hybrid``) over the same buffers; the local
      part is copied straight into ``out=``. Each element moves once. A rank whose inner
      executable must first be built for its binding says so in its status; then the ranks
      agree once more (a build can fail) before any data moves.
+
+Cross-memory attach needs the ranks to be allowed to write into each other (the same user; Yama
+``ptrace_scope`` 0, or 1 with the target's consent, which each rank gives at plan time with
+``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` as Open MPI's CMA transport does; no seccomp filter
+blocking ``process_vm_writev``). Where one pair cannot, every rank uses the messages.
 
 Jobs of more than :data:`~.executable.COMPLETE_MAX` ranks replace the status messages by one
 small Allreduce (the same agreement, the same credit).
@@ -47,7 +60,9 @@ everything else at once, on any rank, in any order.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
+import math
 import mmap
 import os
 import secrets
@@ -64,6 +79,7 @@ from ..errors import CommunicationError, InvalidValueError, NotSupportedError
 from ..plan import FusedPlan, Plan, fuse
 from ..strided import HostBuffer
 from ._datatypes import copy_views
+from ._datatypes import fused as fused_dims
 from .executable import AUTO_METHOD, CACHE_SIZE, COMPLETE_MAX, HostExecutable, out_problem, tag_ub
 from .status import FAILED, WELL, StatusRound
 
@@ -74,13 +90,24 @@ if TYPE_CHECKING:
 
 __all__ = ["PushExecutable"]
 
-#: status codes (engine/host/status.py): WELL plus these bits
+#: status codes (engine/host/status.py): WELL plus these bits, and the direct codes
 _OUT, _STALE = 1, 2
-_CODES = WELL + _OUT + _STALE + 1
-_WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank that binds an out=
+_DIRECT = WELL + _OUT + _STALE + 1  # my every out= can be stored into directly: its addresses are in my segment
+_DIRECT_STALE = _DIRECT + 1  # the same, and my messages are not built
+_CODES = _DIRECT_STALE + 1  # with the arrival tag, 8 tags per object
+_WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank with an out= that peers cannot store into
+_DIRECTS = (_DIRECT, _DIRECT_STALE)
+_STALES = (WELL + _STALE, WELL + _OUT + _STALE, _DIRECT_STALE)
 #: calls with an out= land in shared memory (two copies) when every rank receives at most this many
 #: bytes, else go as messages (MPI's transport): see perf/RESULTS.md, "Where push's out= lands"
 LANDING_MAX = 1 << 20
+#: larger calls with an out= store straight into it (cross-memory attach) where every pair of ranks can
+#: and every run of the exchange has at least DIRECT_MIN_RUN bytes (shorter runs: one system-call
+#: entry each). Read when an object is planned: None (the default) does so on Open MPI, whose messages
+#: into out= measured 1.2-1.3x slower than these stores at 256^3, and sends messages on other MPIs
+#: (MPICH's measured 1.0-1.2x faster); True wherever the kernel allows it; False never
+DIRECT: bool | None = None
+DIRECT_MIN_RUN = 256
 _names = itertools.count()
 
 
@@ -122,7 +149,8 @@ class PushExecutable:
         # decided from data every rank has (the largest receive staging of any rank)
         self._landing = 0 < fused.max_recv_staging_bytes <= LANDING_MAX and 1 < P <= COMPLETE_MAX
         self._land_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
-        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 0)
+        # without landing, a header behind the results: the out= addresses of direct calls, a probe word
+        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 8 * (self.nfields + 1))
         self._segment, peers = _share(self.comm, max(size, 1), sorted({t.dst for t in plan.sends}))
         self._base = np.frombuffer(self._segment, np.uint8)
         self._peer_ptr = {dst: np.frombuffer(m, np.uint8).ctypes.data for dst, m in peers.items()}
@@ -154,6 +182,13 @@ class PushExecutable:
         self._land_pairs = None
         self._inner: HostExecutable | None = None  # the messages of calls with an out= (made at the first)
         self._freed = False
+        # direct stores (cross-memory attach) of calls with an out=: decided here, collectively
+        self._header = (np.zeros(self.nfields, np.uint64) if self._landing else
+                        np.frombuffer(self._segment, np.uint64, self.nfields, self._land_off[me]))
+        self._cma: list[_DirectStore] = []  # per send, when direct
+        self._out_direct = False  # every bound out= can be stored into directly
+        self._direct = (_direct_wanted(MPI) and not self._landing and 1 < P <= COMPLETE_MAX
+                        and _direct_setup(self, fused))
 
     # -- binding ------------------------------------------------------------------------------
 
@@ -185,7 +220,13 @@ class PushExecutable:
         if self._landing:
             self._land_pairs = self._landed.get(self._land_key())  # None: built by the next execute
             return
-        if buf is not None and self._inner is None:
+        if self._direct:
+            self._out_direct = self._has_out and all(b is None or b.strides == r.strides
+                                                     for b, r in zip(self._outs, self.results))
+            if self._out_direct:  # read by the peers once my status says direct (no call of mine is running)
+                self._header[:] = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)]
+                self._land_pairs = self._landed.get(self._land_key())
+        if buf is not None and self._inner is None and not self._out_direct:
             self._inner = self._make_inner()
         if self._inner is not None:
             self._inner.bind_output(buf, field)
@@ -214,6 +255,8 @@ class PushExecutable:
         self._copies.clear()
         self._landed.clear()
         self._pairs = self._land_pairs = None
+        for store in self._cma:
+            store.forget_operands()
         if self._inner is not None:
             self._inner.release_input()
 
@@ -265,7 +308,8 @@ class PushExecutable:
 
     def _landed_pairs(self):
         """(local pairs into the targets, unpack pairs from the landing into the targets) for this
-        rank's binding: every field's out=, or its result where it has none. Cached per binding."""
+        rank's binding: every field's out=, or its result where it has none. Cached per binding.
+        Direct calls use the local pairs (the peers store straight into the targets)."""
         key = self._land_key()
         hit = self._landed.get(key)
         if hit is None:
@@ -278,7 +322,7 @@ class PushExecutable:
                 dst, isz = HostBuffer(target.ptr, p.itemsize), p.itemsize
                 if q.local:
                     local += [copy_views(piece.direct, HostBuffer(ptr, isz), dst) for piece in q.local.pieces]
-                for i, t in enumerate(q.recvs):
+                for i, t in enumerate(q.recvs if self._landing else ()):  # direct calls: the peers store
                     slot = HostBuffer(land + fused.recv_offsets[i] + fused.recv_parts[i][f], isz)
                     unpack += [copy_views(piece.unpack, slot, dst) for piece in t.pieces]
             hit = self._landed[key] = (local, unpack)
@@ -299,14 +343,15 @@ class PushExecutable:
             elif not self._bound:
                 problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
         out = self._has_out
+        direct = out and self._out_direct
         inner = self._inner
         stale = inner is None  # a rank without its messages builds them after the round: agreed again
-        if problem is None and (self._pairs is None or out and self._landing and self._land_pairs is None
+        if problem is None and (self._pairs is None or (self._landing or direct) and out and self._land_pairs is None
                                 or inner is not None and not inner.ready):
             try:
                 if self._pairs is None:
                     self._pairs = self._views()
-                if out and self._landing and self._land_pairs is None:
+                if out and (self._landing or direct) and self._land_pairs is None:
                     self._land_pairs = self._landed_pairs()
                 if inner is not None:
                     problem = inner.prepare()  # the messages this binding needs if this call sends any
@@ -317,7 +362,7 @@ class PushExecutable:
                 st = self._status
                 if problem is not None:
                     st.fail(problem)
-                code = WELL + out * _OUT + stale * _STALE
+                code = (_DIRECT_STALE if stale else _DIRECT) if direct else WELL + out * _OUT + stale * _STALE
                 MPI.Prequest.Startall(st.first[code])
                 MPI.Request.Waitall(st.recvs, st.statuses)
                 mine = st.base + code
@@ -329,6 +374,8 @@ class PushExecutable:
                     self._store(code)
                 elif self._landing:  # every rank binds an out= (they all said what I said)
                     self._land(code, True, None)
+                elif direct:  # every rank's out= can be stored into
+                    self._store_direct(code, True, None)
                 else:
                     self._heard(code, out, stale, [code] * len(st.statuses))
             else:
@@ -345,13 +392,16 @@ class PushExecutable:
         st = self._status
         if FAILED in heard:
             st.raise_peers(code)
-        if not (out or _WITH_OUT[0] in heard or _WITH_OUT[1] in heard):
+        messages = (out and code not in _DIRECTS) or any(c in _WITH_OUT for c in heard)  # an out= only they reach
+        if not (messages or out or any(c in _DIRECTS for c in heard)):
             self._store(code)
         elif self._landing:
             self._land(code, out, heard)
+        elif not messages:
+            self._store_direct(code, out, heard)
         else:
             self._MPI.Request.Waitall(st.sends[code])
-            self._send_messages(stale or any((c - WELL) & _STALE for c in heard))
+            self._send_messages(stale or any(c in _STALES for c in heard))
 
     def _store(self, code: int) -> None:
         """Every rank writes into results: store into the peers', arrive, copy the local part."""
@@ -384,6 +434,33 @@ class PushExecutable:
         MPI.Request.Waitall(self._finish[code])
         for d, s in unpack:
             copyto(d, s, casting="no")
+
+    def _store_direct(self, code: int, out: bool, heard: list[int] | None) -> None:
+        """Some rank writes into an out=, and every such out= can be stored into: store straight into
+        them (cross-memory attach) and into the other peers' results; arrive; the local part."""
+        MPI, copyto = self._MPI, np.copyto
+        local = self._land_pairs[0] if out else self._pairs[0]
+        if self._arrival_recvs:
+            MPI.Prequest.Startall(self._arrival_recvs)
+        sends = self._fields[0].sends
+        if sends:
+            by_dst = self._pairs[2]
+            failed = None
+            for i, store in enumerate(self._cma):
+                if heard is None or heard[self._send_codes[i]] in _DIRECTS:
+                    failed = failed or store.write(self._in_ptrs)
+                else:
+                    for d, s in by_dst[i][0]:
+                        copyto(d, s, casting="no")
+            MPI.Prequest.Startall(self._arrival_sends)
+        else:
+            failed = None
+        for d, s in local:
+            copyto(d, s, casting="no")
+        MPI.Request.Waitall(self._finish[code])
+        if failed:  # after the round (no peer waits for me): the kernel refused a store it took at plan time
+            raise CommunicationError(f"redist host backend (push): a cross-memory store failed ({failed}); the "
+                                     "destination's out= may be incomplete")
 
     def _send_messages(self, rebuild: bool) -> None:
         """Some rank writes into an out=: the inner message exchange (agreed already)."""
@@ -439,6 +516,8 @@ class PushExecutable:
         self._copies.clear()
         self._landed.clear()
         self._pairs = self._land_pairs = None
+        self._cma = []
+        self._header = None
         self._outs = [None] * self.nfields
         self._in_owners = [None] * self.nfields
         self._peer_ptr, self._peer_segments = {}, {}
@@ -459,7 +538,7 @@ class PushExecutable:
         lines = [
             f"redist host executable rank {p.rank}/{p.nranks} method=push (one node: peers store into each "
             f"other's results in shared memory; agreement and credit: {agreement}; arrival messages; calls with "
-            f"an out= {'land in shared memory, then copy' if self._landing else 'send MPI messages straight into it'})",
+            f"an out= {_out_route(self)})",
             f"  plan key={self.plan.key} itemsize={'/'.join(str(q.itemsize) for q in self._fields)} "
             f"out_order={p.out_order}{'' if self.nfields == 1 else f', {self.nfields} fields in one round'} "
             f"stores {sum(t.nbytes for q in self._fields for t in q.sends)} B into {len(p.sends)} peer(s), "
@@ -564,3 +643,173 @@ def push_problem(comm: MPI.Intracomm, plan: Plan | FusedPlan) -> str | None:
                 f"{min(frees)} are free there (rank {frees.index(min(frees))}); enlarge it (docker: --shm-size) "
                 "or use host_method='hybrid'")
     return None
+
+
+# -- direct stores: Linux cross-memory attach ----------------------------------------------------
+
+IOV_MAX = 1024  # iovecs per process_vm_writev call (Linux's UIO_MAXIOV)
+_PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1).value
+
+
+def _direct_wanted(MPI) -> bool:
+    """:data:`DIRECT`, its default decided by the MPI library (the same on every rank of a job)."""
+    if DIRECT is not None:
+        return DIRECT
+    return MPI.Get_library_version().lstrip().startswith("Open MPI")
+
+
+def _process_vm_writev():
+    """libc's ``process_vm_writev`` (None where there is none), having let this process's peers write
+    into it under Yama ``ptrace_scope`` 1 (``PR_SET_PTRACER_ANY``; EINVAL without Yama: ignored)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        writev = libc.process_vm_writev
+    except (OSError, AttributeError):
+        return None
+    writev.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    writev.restype = ctypes.c_ssize_t
+    libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(_PR_SET_PTRACER_ANY), 0, 0, 0)
+    return writev
+
+
+def _runs(fields, send: int) -> tuple[np.ndarray, ...] | None:
+    """(field, source byte offset, destination byte offset, bytes) of every contiguous run of send
+    ``send`` of every field in element order, runs contiguous on both sides merged; None past
+    :data:`_RUNS_MAX` runs. Offsets are from the field's operand and its destination's result."""
+    columns, count = [], 0
+    for f, p in enumerate(fields):
+        isz = p.itemsize
+        for piece in p.sends[send].pieces:
+            c = piece.direct
+            shape, ss, ds, run = fused_dims(c.shape, c.src_strides, c.dst_strides)
+            count += math.prod(shape)
+            if count > _RUNS_MAX:
+                return None
+            index = np.indices(shape).reshape(len(shape), -1)
+            columns.append((np.full(index.shape[1], f, np.intp),
+                            ((c.src_offset + np.asarray(ss) @ index) * isz).astype(np.uint64),
+                            ((c.dst_offset + np.asarray(ds) @ index) * isz).astype(np.uint64),
+                            np.full(index.shape[1], run * isz, np.uint64)))
+    field, src, dst, length = (np.concatenate(col) for col in zip(*columns))
+    starts = np.flatnonzero(_starts(field, src, length) | _starts(field, dst, length))
+    return field[starts], src[starts], dst[starts], np.add.reduceat(length, starts)
+
+
+_RUNS_MAX = 1 << 22  # runs of one send past which direct stores are not considered (plan-time memory)
+
+
+def _starts(field: np.ndarray, offset: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Where a new contiguous stretch begins, run by run (a run not right after the previous one)."""
+    new = np.ones(len(length), bool)
+    new[1:] = (field[1:] != field[:-1]) | (offset[1:] != offset[:-1] + length[:-1])
+    return new
+
+
+def _direct_setup(exe: PushExecutable, fused: FusedPlan) -> bool:
+    """Collective: can every rank store into every destination's memory with cross-memory attach
+    (the kernel allows it, every exchange's stretches are long enough)? Tried with one word into
+    every destination's header; decided from what every rank found. Builds ``exe._cma`` when so."""
+    plan = exe._fields[0]
+    writev = _process_vm_writev()
+    stores = None
+    if writev is not None:
+        try:
+            runs = [_runs(exe._fields, i) for i in range(len(plan.sends))]
+            if all(r is not None for r in runs):
+                stores = [_DirectStore(*r) for r in runs]  # type: ignore[misc]  # checked just above
+        except Exception:  # noqa: BLE001 -- then this rank cannot: agreed below
+            stores = None
+    fit = stores is not None and all(store.fit for store in stores)
+    header = exe._header.ctypes.data
+    infos = collective.agree(exe.comm, None, (os.getpid(), header, fit))
+    if not all(ok for _, _, ok in infos):
+        return False
+    word = np.array([plan.rank + 1], np.uint64)
+    probe = (ctypes.c_uint64 * 2)(word.ctypes.data, 8)
+    works = True
+    for t in plan.sends:
+        pid, theirs, _ = infos[t.dst]
+        slot = (ctypes.c_uint64 * 2)(theirs + 8 * exe.nfields, 8)  # the probe word behind their addresses
+        works = works and writev(pid, probe, 1, slot, 1, 0) == 8
+    if not all(collective.agree(exe.comm, None, works)):
+        return False
+    assert stores is not None
+    for store, t in zip(stores, plan.sends):
+        store.connect(writev, infos[t.dst][0],
+                      np.frombuffer(exe._peer_segments[t.dst], np.uint64, exe.nfields, exe._land_off[t.dst]))
+    exe._cma = stores
+    return True
+
+
+class _DirectStore:
+    """One destination of direct calls: its runs as two iovec lists, each side's contiguous stretches
+    merged on its own (the kernel pins the destination's pages per remote iovec: fewer is faster),
+    cut into calls of at most IOV_MAX iovecs a side; re-based when the operand or the destination's
+    published addresses change."""
+
+    def __init__(self, field: np.ndarray, src: np.ndarray, dst: np.ndarray, length: np.ndarray) -> None:
+        new_local, new_remote = _starts(field, src, length), _starts(field, dst, length)
+        group_local, group_remote = np.cumsum(new_local) - 1, np.cumsum(new_remote) - 1
+        local, remote, chunks = [], [], []
+        start, n = 0, len(length)
+        while start < n:  # a call: as many runs as keep both sides within IOV_MAX iovecs
+            end = min(int(np.searchsorted(group_local, group_local[start] + IOV_MAX)),
+                      int(np.searchsorted(group_remote, group_remote[start] + IOV_MAX)))
+            sides = []
+            for new, offset, out in ((new_local, src, local), (new_remote, dst, remote)):
+                first = new[start:end].copy()
+                first[0] = True  # a stretch cut by the previous call starts again here
+                at = np.flatnonzero(first) + start
+                out.append((field[at], offset[at], np.add.reduceat(length[start:end], at - start)))
+                sides.append(len(at))
+            chunks.append((sum(len(part[0]) for part in local) - sides[0], sides[0],
+                           sum(len(part[0]) for part in remote) - sides[1], sides[1], int(length[start:end].sum())))
+            start = end
+        self._lfield, self._src, llen = (np.concatenate(col) for col in zip(*local))
+        self._rfield, self._dst, rlen = (np.concatenate(col) for col in zip(*remote))
+        self._local = np.zeros((len(llen), 2), np.uint64)
+        self._local[:, 1] = llen
+        self._remote = np.zeros((len(rlen), 2), np.uint64)
+        self._remote[:, 1] = rlen
+        self._chunks = chunks
+        total = int(length.sum())
+        #: worth it: the destination's stretches average at least DIRECT_MIN_RUN bytes
+        self.fit: bool = total >= DIRECT_MIN_RUN * len(rlen)
+        self._writev = self._pid = self._header = None
+        self._ptrs: tuple[int, ...] | None = None
+        self._bases: bytes | None = None
+
+    def connect(self, writev, pid: int, header: np.ndarray) -> None:
+        """The destination: its process, and its published out= addresses (a view of its segment)."""
+        self._writev, self._pid, self._header = writev, pid, header
+
+    def forget_operands(self) -> None:
+        self._ptrs = None
+
+    def write(self, ptrs: Sequence[int]) -> str | None:
+        """Store every run into the destination; what went wrong, or None."""
+        key = tuple(ptrs)
+        if key != self._ptrs:
+            self._local[:, 0] = np.asarray(key, np.uint64)[self._lfield] + self._src
+            self._ptrs = key
+        header = self._header
+        bases = header.tobytes()  # the destination wrote them before its status
+        if bases != self._bases:
+            self._remote[:, 0] = header[self._rfield] + self._dst
+            self._bases = bases
+        local, remote, writev, pid = self._local.ctypes.data, self._remote.ctypes.data, self._writev, self._pid
+        for lstart, lcount, rstart, rcount, nbytes in self._chunks:
+            got = writev(pid, local + 16 * lstart, lcount, remote + 16 * rstart, rcount, 0)
+            if got != nbytes:
+                return f"process_vm_writev to pid {pid}: {got} of {nbytes} bytes, {os.strerror(ctypes.get_errno())}"
+        return None
+
+
+def _out_route(exe: PushExecutable) -> str:
+    """How calls with an out= move their data (describe())."""
+    if exe._landing:
+        return "land in shared memory, then copy"
+    if exe._direct:
+        return ("are stored straight into it by the peers (cross-memory attach) when every out= is laid out like "
+                "its result, else sent as MPI messages straight into it")
+    return "send MPI messages straight into it"

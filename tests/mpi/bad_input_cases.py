@@ -10,11 +10,10 @@ tests/mpi/workers/bad_input_worker.py: a hang, a crash or a wrong result fails t
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
-from helpers import global_values, same_bits, sl
+from helpers import global_values, push_route, same_bits, sl
 
 import redist
 from redist import BlockNonCyclic, ProcessGrid, RawArray, Redistribute, Slab
@@ -659,29 +658,16 @@ def every_host_method_works(env):
 
 
 def host_methods():
-    """Every host method; push twice: calls with an out= landing in shared memory (small
-    exchanges, like these) and as messages (``LANDING_MAX`` lowered to 0 while it is planned)."""
+    """Every host method; push three times: calls with an out= landing in shared memory (small
+    exchanges, like these), as messages, and stored straight into out= (helpers.push_route)."""
     from redist.engine.host import available_methods
 
-    return ("auto", "push", "push-messages") + available_methods()
-
-
-@contextlib.contextmanager
-def push_messages():
-    """Objects planned inside send the data of out= calls as messages (push's larger exchanges)."""
-    from redist.engine.host import push
-
-    landing = push.LANDING_MAX
-    push.LANDING_MAX = 0
-    try:
-        yield
-    finally:
-        push.LANDING_MAX = landing
+    return ("auto", "push", "push-messages", "push-direct") + available_methods()
 
 
 def planned_with(env, method, dtype=np.float64):
     """``planned`` with host_method ``method`` (one of :func:`host_methods`)."""
-    with push_messages() if method == "push-messages" else contextlib.nullcontext():
+    with push_route(method):
         return planned(env, dtype, options={"host_method": method.split("-")[0]})
 
 
@@ -1234,7 +1220,56 @@ def fields_every_kind_of_call(env):
 @case(OK)
 def fields_every_kind_of_call_push_messages(env):
     """The same calls with push sending the data of out= calls as messages."""
-    with push_messages():
+    with push_route("push-messages"):
+        fields_every_kind_of_call(env)
+
+
+@case(OK)
+def push_direct_stores_into_out(env):
+    """Push's peers store straight into every out= laid out like the result (cross-memory attach;
+    this machine's kernel must allow it): all ranks with an out=, one without, ping-pong between two
+    out=, a strided out= on the last rank (that call goes as messages); a rank's engine-owned result
+    changes only by its own execute() without out=."""
+    with push_route("push-direct"):
+        r, a, g = planned(env, options={"host_method": "push"})
+    env.check("cross-memory attach" in r.plan_description, "push-direct: not planned with direct stores "
+              "(process_vm_writev refused between the ranks? Yama ptrace_scope, seccomp)")
+    owned = r.execute()
+    last = owned.copy()
+    w = want(env, g)
+    outs = [np.full(w.shape, -1.0), np.full(w.shape, -2.0)]
+    for it in range(4):
+        r.reset_operand(a + 1000 * (it + 1))
+        if env.rank == it % env.P:  # a different rank without out= each call (at it = 3 with P = 2, ...)
+            right(env, r.execute(), g + 1000 * (it + 1), f"call {it}: engine-owned")
+            last = owned.copy()
+        else:
+            right(env, r.execute(out=outs[it % 2]), g + 1000 * (it + 1), f"call {it}: out=")
+        env.check(same_bits(owned, last), f"call {it}: the engine-owned result changed under out=")
+    wide = np.full((w.shape[0], w.shape[1], 2 * w.shape[2]), -3.0)
+    strided = wide[:, :, ::2] if env.is_last() else outs[0]
+    right(env, r.execute(out=strided), g + 4000, "a strided out= on the last rank (messages)")
+    r.free()
+    # x-slabs -> z-slabs of a C-order (64, 48, 40): 160-byte runs in the operand, long stretches in the
+    # destination, over 1024 of them per peer: several system calls, the two sides cut differently
+    shape = (64, 48, 40)
+    big = global_values(shape, np.float64)
+    ib = Slab.X.box(env.rank, shape, nranks=env.P)
+    ob = Slab(2).box(env.rank, shape, nranks=env.P)
+    with push_route("push-direct"):
+        r = Redistribute(np.ascontiguousarray(big[sl(ib)]), ib, ob, options={"host_method": "push"})
+        r.plan()
+    wz = big[sl(ob)]
+    for it in range(2):
+        got = r.execute(out=np.full(wz.shape, -1.0))
+        env.check(same_bits(got, wz), f"x-slabs -> z-slabs, call {it}: wrong data")
+    r.free()
+
+
+@case(OK)
+def fields_every_kind_of_call_push_direct(env):
+    """The same calls with push's peers storing straight into every out= (cross-memory attach)."""
+    with push_route("push-direct"):
         fields_every_kind_of_call(env)
 
 

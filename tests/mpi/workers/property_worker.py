@@ -30,16 +30,15 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from helpers import Report, global_values, random_boxes, same_bits, sl  # noqa: E402
+from helpers import PUSH_ROUTES, Report, global_values, push_route, random_boxes, same_bits, sl  # noqa: E402
 
 import redist  # noqa: E402
 from redist import Box, Redistribute  # noqa: E402
-from redist.engine.host import available_methods, push  # noqa: E402
+from redist.engine.host import available_methods  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
 METHODS = ("auto", "push") + available_methods()
-LANDING_MAX = push.LANDING_MAX
 DTYPES = (np.float64, np.int32, np.complex64, np.dtype([("a", "<i2"), ("b", "<f8")]))
 #: (stage, name): where a corruption strikes. "construct": Redistribute(...) on the victim's
 #: arguments; "execute": the second execute; "reset": reset_operand before it
@@ -70,8 +69,8 @@ def problems(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     ins, outs = random_boxes(gshape, P, rng), random_boxes(gshape, P, rng)
     method = METHODS[rng.integers(len(METHODS))]
-    if method == "push" and rng.integers(2):
-        method = "push-messages"  # push sending the data of out= calls as messages (its larger exchanges)
+    if method == "push":  # as planned (landing, small), messages, or stored straight into out=
+        method = PUSH_ROUTES[rng.integers(len(PUSH_ROUTES))]
     nfields = 1 if method == "alltoallw" else int(rng.integers(1, 3))
     dtypes = [DTYPES[rng.integers(len(DTYPES))] for _ in range(nfields)]
     use_out = bool(rng.integers(2))
@@ -131,11 +130,8 @@ def run_example(report: Report, ex) -> None:
     snap = []
     try:
         r = Redistribute(tuple(operand) if fields else operand[0], in_box, out_box, options=options)
-        push.LANDING_MAX = 0 if method == "push-messages" else LANDING_MAX
-        try:
+        with push_route(method):
             r.plan()
-        finally:
-            push.LANDING_MAX = LANDING_MAX
         res = r.execute()
         res = res if fields else (res,)
         for x, w in zip(res, wants):

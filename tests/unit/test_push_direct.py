@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Push's direct stores (engine/host/push.py, cross-memory attach): how a send's runs become the
+iovec lists of ``process_vm_writev`` calls. No MPI: the lists are checked against the runs they
+came from; the stores themselves run in tests/mpi (bad-input case ``push_direct_stores_into_out``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from redist.engine.host import push
+
+
+def _bytes(field, offsets, lengths):
+    """The (field, byte address) of every byte the list covers, in order."""
+    return [(int(f), int(o) + k) for f, o, n in zip(field, offsets, lengths) for k in range(int(n))]
+
+
+@st.composite
+def runs(draw):
+    """Runs of a send: each continues the previous one on the source side, the destination side,
+    both or neither (a field change starts afresh)."""
+    n = draw(st.integers(1, 60))
+    field, src, dst, length = [0], [0], [0], [draw(st.integers(1, 9))]
+    for _ in range(n - 1):
+        nxt = draw(st.integers(1, 9))
+        f = field[-1] + draw(st.sampled_from([0, 0, 0, 1]))
+        joined_src, joined_dst = draw(st.booleans()), draw(st.booleans())
+        src.append(src[-1] + length[-1] + (0 if joined_src and f == field[-1] else draw(st.integers(1, 5))))
+        dst.append(dst[-1] + length[-1] + (0 if joined_dst and f == field[-1] else draw(st.integers(1, 5))))
+        field.append(f)
+        length.append(nxt)
+    return (np.array(field, np.intp), np.array(src, np.uint64), np.array(dst, np.uint64), np.array(length, np.uint64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs(), st.integers(1, 4))
+def test_calls_cover_the_runs_in_order(case, iov_max):
+    """Every call takes at most IOV_MAX iovecs a side and the same bytes on both; together the
+    calls move every run's bytes, in order, to where the run says."""
+    field, src, dst, length = case
+    saved, push.IOV_MAX = push.IOV_MAX, iov_max
+    try:
+        store = push._DirectStore(field, src, dst, length)
+    finally:
+        push.IOV_MAX = saved
+    local = list(zip(store._lfield, store._src, store._local[:, 1]))
+    remote = list(zip(store._rfield, store._dst, store._remote[:, 1]))
+    assert sum(c[4] for c in store._chunks) == int(length.sum())
+    for lstart, lcount, rstart, rcount, nbytes in store._chunks:
+        assert 1 <= lcount <= iov_max and 1 <= rcount <= iov_max
+        assert sum(int(n) for *_, n in local[lstart:lstart + lcount]) == nbytes
+        assert sum(int(n) for *_, n in remote[rstart:rstart + rcount]) == nbytes
+    assert _bytes(*zip(*local)) == _bytes(field, src, length)  # source bytes, in the runs' order
+    assert _bytes(*zip(*remote)) == _bytes(field, dst, length)  # their destinations, in the same order
+
+
+def test_each_side_merges_its_own_stretches():
+    """Runs contiguous only in the destination: many source iovecs, one destination iovec."""
+    length = np.full(6, 8, np.uint64)
+    src = np.arange(6, dtype=np.uint64) * 16  # a gap of 8 bytes after every run
+    dst = np.arange(6, dtype=np.uint64) * 8
+    store = push._DirectStore(np.zeros(6, np.intp), src, dst, length)
+    assert len(store._local) == 6 and len(store._remote) == 1 and store._remote[0, 1] == 48
+    assert store._chunks == [(0, 6, 0, 1, 48)]
+
+
+def test_fit_needs_long_destination_stretches(monkeypatch):
+    monkeypatch.setattr(push, "DIRECT_MIN_RUN", 64)
+    short = push._DirectStore(np.zeros(4, np.intp), np.arange(4, dtype=np.uint64) * 64,
+                              np.arange(4, dtype=np.uint64) * 64, np.full(4, 32, np.uint64))
+    long = push._DirectStore(np.zeros(4, np.intp), np.arange(4, dtype=np.uint64) * 64,
+                             np.arange(4, dtype=np.uint64) * 32, np.full(4, 32, np.uint64))
+    assert not short.fit and long.fit
