@@ -149,8 +149,9 @@ class PushExecutable:
         # decided from data every rank has (the largest receive staging of any rank)
         self._landing = 0 < fused.max_recv_staging_bytes <= LANDING_MAX and 1 < P <= COMPLETE_MAX
         self._land_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
-        # without landing, a header behind the results: the out= addresses of direct calls, a probe word
-        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 8 * (self.nfields + 1))
+        # without landing, a header behind the results: the out= addresses of direct calls, then a
+        # probe word per source (plan-time check of the direct stores)
+        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 8 * (self.nfields + P))
         self._segment, peers = _share(self.comm, max(size, 1), sorted({t.dst for t in plan.sends}))
         self._base = np.frombuffer(self._segment, np.uint8)
         self._peer_ptr = {dst: np.frombuffer(m, np.uint8).ctypes.data for dst, m in peers.items()}
@@ -187,6 +188,7 @@ class PushExecutable:
                         np.frombuffer(self._segment, np.uint64, self.nfields, self._land_off[me]))
         self._cma: list[_DirectStore] = []  # per send, when direct
         self._out_direct = False  # every bound out= can be stored into directly
+        self._stored = np.zeros(1, np.int32)  # direct calls: did a store fail on any rank (Allreduce)
         self._direct = (_direct_wanted(MPI) and not self._landing and 1 < P <= COMPLETE_MAX
                         and _direct_setup(self, fused))
 
@@ -221,7 +223,7 @@ class PushExecutable:
             self._land_pairs = self._landed.get(self._land_key())  # None: built by the next execute
             return
         if self._direct:
-            self._out_direct = self._has_out and all(b is None or b.strides == r.strides
+            self._out_direct = self._has_out and all(b is None or _same_layout(b, r)
                                                      for b, r in zip(self._outs, self.results))
             if self._out_direct:  # read by the peers once my status says direct (no call of mine is running)
                 self._header[:] = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)]
@@ -448,7 +450,7 @@ class PushExecutable:
             failed = None
             for i, store in enumerate(self._cma):
                 if heard is None or heard[self._send_codes[i]] in _DIRECTS:
-                    failed = failed or store.write(self._in_ptrs)
+                    failed = store.write(self._in_ptrs) or failed  # every destination gets its data
                 else:
                     for d, s in by_dst[i][0]:
                         copyto(d, s, casting="no")
@@ -458,9 +460,13 @@ class PushExecutable:
         for d, s in local:
             copyto(d, s, casting="no")
         MPI.Request.Waitall(self._finish[code])
-        if failed:  # after the round (no peer waits for me): the kernel refused a store it took at plan time
-            raise CommunicationError(f"redist host backend (push): a cross-memory store failed ({failed}); the "
-                                     "destination's out= may be incomplete")
+        # the kernel refused a store it took at plan time: every rank raises (a receiver cannot tell)
+        self._stored[0] = failed is not None
+        self.comm.Allreduce(MPI.IN_PLACE, self._stored, op=MPI.MAX)
+        if self._stored[0]:
+            collective.agree(self.comm, None if failed is None else CommunicationError(
+                f"redist host backend (push): a cross-memory store into rank(s) {failed} failed; their out= may "
+                "be incomplete"))
 
     def _send_messages(self, rebuild: bool) -> None:
         """Some rank writes into an out=: the inner message exchange (agreed already)."""
@@ -648,7 +654,13 @@ def push_problem(comm: MPI.Intracomm, plan: Plan | FusedPlan) -> str | None:
 # -- direct stores: Linux cross-memory attach ----------------------------------------------------
 
 IOV_MAX = 1024  # iovecs per process_vm_writev call (Linux's UIO_MAXIOV)
+CALL_BYTES = 1 << 30  # bytes per call (Linux moves at most MAX_RW_COUNT, 2 GiB - 4 KiB, in one)
 _PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1).value
+
+
+def _same_layout(buf: Buffer, result: Buffer) -> bool:
+    """``buf`` lays its elements out like ``result`` (strides of length-1 axes do not matter)."""
+    return all(x == y for x, y, n in zip(buf.strides, result.strides, result.shape) if n > 1)
 
 
 def _direct_wanted(MPI) -> bool:
@@ -721,24 +733,40 @@ def _direct_setup(exe: PushExecutable, fused: FusedPlan) -> bool:
             stores = None
     fit = stores is not None and all(store.fit for store in stores)
     header = exe._header.ctypes.data
-    infos = collective.agree(exe.comm, None, (os.getpid(), header, fit))
-    if not all(ok for _, _, ok in infos):
+    token = secrets.randbits(63) | 1  # what this rank writes into its destinations' probe words
+    infos = collective.agree(exe.comm, None, (os.getpid(), header, fit, token))
+    if not all(ok for _, _, ok, _ in infos):
         return False
-    word = np.array([plan.rank + 1], np.uint64)
+    word = np.array([token], np.uint64)
     probe = (ctypes.c_uint64 * 2)(word.ctypes.data, 8)
     works = True
-    for t in plan.sends:
-        pid, theirs, _ = infos[t.dst]
-        slot = (ctypes.c_uint64 * 2)(theirs + 8 * exe.nfields, 8)  # the probe word behind their addresses
+    for t in plan.sends:  # into my slot of each destination (their address space, their pid)
+        pid, theirs = infos[t.dst][0], infos[t.dst][1]
+        slot = (ctypes.c_uint64 * 2)(theirs + 8 * (exe.nfields + plan.rank), 8)
         works = works and writev(pid, probe, 1, slot, 1, 0) == 8
+    collective.agree(exe.comm, None)  # every probe written (or refused)
+    slots = np.frombuffer(exe._segment, np.uint64, plan.nranks, exe._land_off[plan.rank] + 8 * exe.nfields)
+    # each source's token arrived here: its pid named this process (not another one of a namespace)
+    works = works and all(int(slots[t.src]) == infos[t.src][3] for t in plan.recvs)
     if not all(collective.agree(exe.comm, None, works)):
         return False
     assert stores is not None
     for store, t in zip(stores, plan.sends):
-        store.connect(writev, infos[t.dst][0],
+        store.connect(writev, t.dst, infos[t.dst][0],
                       np.frombuffer(exe._peer_segments[t.dst], np.uint64, exe.nfields, exe._land_off[t.dst]))
     exe._cma = stores
     return True
+
+
+def _split_long(field, src, dst, length):
+    """The runs with every run longer than :data:`CALL_BYTES` cut into pieces of at most that."""
+    pieces = (length + np.uint64(CALL_BYTES - 1)) // np.uint64(CALL_BYTES)
+    if (pieces <= 1).all():
+        return field, src, dst, length
+    which = np.repeat(np.arange(len(length)), pieces.astype(np.intp))
+    first = np.cumsum(pieces) - pieces  # where each run's pieces begin
+    step = (np.arange(len(which)) - first[which].astype(np.intp)).astype(np.uint64) * np.uint64(CALL_BYTES)
+    return field[which], src[which] + step, dst[which] + step, np.minimum(length[which] - step, np.uint64(CALL_BYTES))
 
 
 class _DirectStore:
@@ -748,13 +776,17 @@ class _DirectStore:
     published addresses change."""
 
     def __init__(self, field: np.ndarray, src: np.ndarray, dst: np.ndarray, length: np.ndarray) -> None:
+        field, src, dst, length = _split_long(field, src, dst, length)
         new_local, new_remote = _starts(field, src, length), _starts(field, dst, length)
         group_local, group_remote = np.cumsum(new_local) - 1, np.cumsum(new_remote) - 1
+        ends = np.cumsum(length)  # bytes up to the end of each run
         local, remote, chunks = [], [], []
         start, n = 0, len(length)
-        while start < n:  # a call: as many runs as keep both sides within IOV_MAX iovecs
-            end = min(int(np.searchsorted(group_local, group_local[start] + IOV_MAX)),
-                      int(np.searchsorted(group_remote, group_remote[start] + IOV_MAX)))
+        while start < n:  # a call: as many runs as keep both sides within IOV_MAX iovecs and CALL_BYTES
+            before = int(ends[start - 1]) if start else 0
+            end = max(start + 1, min(int(np.searchsorted(group_local, group_local[start] + IOV_MAX)),
+                                     int(np.searchsorted(group_remote, group_remote[start] + IOV_MAX)),
+                                     int(np.searchsorted(ends, before + CALL_BYTES, side="right"))))
             sides = []
             for new, offset, out in ((new_local, src, local), (new_remote, dst, remote)):
                 first = new[start:end].copy()
@@ -773,15 +805,15 @@ class _DirectStore:
         self._remote[:, 1] = rlen
         self._chunks = chunks
         total = int(length.sum())
-        #: worth it: the destination's stretches average at least DIRECT_MIN_RUN bytes
-        self.fit: bool = total >= DIRECT_MIN_RUN * len(rlen)
-        self._writev = self._pid = self._header = None
+        #: worth it: the stretches average at least DIRECT_MIN_RUN bytes on both sides
+        self.fit: bool = total >= DIRECT_MIN_RUN * max(len(llen), len(rlen))
+        self._writev = self._rank = self._pid = self._header = None
         self._ptrs: tuple[int, ...] | None = None
         self._bases: bytes | None = None
 
-    def connect(self, writev, pid: int, header: np.ndarray) -> None:
-        """The destination: its process, and its published out= addresses (a view of its segment)."""
-        self._writev, self._pid, self._header = writev, pid, header
+    def connect(self, writev, rank: int, pid: int, header: np.ndarray) -> None:
+        """The destination: its rank, its process, its published out= addresses (a view of its segment)."""
+        self._writev, self._rank, self._pid, self._header = writev, rank, pid, header
 
     def forget_operands(self) -> None:
         self._ptrs = None
@@ -799,9 +831,12 @@ class _DirectStore:
             self._bases = bases
         local, remote, writev, pid = self._local.ctypes.data, self._remote.ctypes.data, self._writev, self._pid
         for lstart, lcount, rstart, rcount, nbytes in self._chunks:
+            ctypes.set_errno(0)
             got = writev(pid, local + 16 * lstart, lcount, remote + 16 * rstart, rcount, 0)
             if got != nbytes:
-                return f"process_vm_writev to pid {pid}: {got} of {nbytes} bytes, {os.strerror(ctypes.get_errno())}"
+                errno = ctypes.get_errno()
+                return (f"{self._rank} (process_vm_writev to pid {pid}: {got} of {nbytes} bytes"
+                        f"{', ' + os.strerror(errno) if got < 0 and errno else ''})")
         return None
 
 

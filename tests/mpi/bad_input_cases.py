@@ -1266,6 +1266,32 @@ def push_direct_stores_into_out(env):
     r.free()
 
 
+@case((errors.CommunicationError, r"cross-memory store into rank\(s\) {last} .*failed; their out= may be incomplete"))
+def push_direct_out_the_kernel_refuses(env):
+    """The last rank's out= is read-only memory that numpy believes writable (a ctypes view of an
+    mprotect'ed mapping): redist cannot see it before the peers store, the kernel refuses their
+    stores, and every rank raises -- also the last rank, which stored nothing itself (it receives
+    its whole box from a peer: reversed slabs, no local part there)."""
+    import ctypes
+    import mmap
+
+    with push_route("push-direct"):
+        a, g = operand(env)
+        out_box = Slab.X.box(env.P - 1 - env.rank, SHAPE, nranks=env.P)
+        r = Redistribute(a, Slab.X, out_box, options={"host_method": "push"})
+        r.plan()
+    w = g[sl(out_box)]
+    out = np.full(w.shape, -1.0)
+    if env.is_last():
+        pages = mmap.mmap(-1, out.nbytes + mmap.PAGESIZE)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(pages))
+        libc = ctypes.CDLL(None)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        assert libc.mprotect(ctypes.c_void_p(addr), len(pages), mmap.PROT_READ) == 0
+        out = np.ctypeslib.as_array((ctypes.c_double * out.size).from_address(addr)).reshape(w.shape)
+    r.execute(out=out)
+
+
 @case(OK)
 def fields_every_kind_of_call_push_direct(env):
     """The same calls with push's peers storing straight into every out= (cross-memory attach)."""

@@ -35,21 +35,23 @@ def runs(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(runs(), st.integers(1, 4))
-def test_calls_cover_the_runs_in_order(case, iov_max):
-    """Every call takes at most IOV_MAX iovecs a side and the same bytes on both; together the
-    calls move every run's bytes, in order, to where the run says."""
+@given(runs(), st.integers(1, 4), st.integers(1, 30))
+def test_calls_cover_the_runs_in_order(case, iov_max, call_bytes):
+    """Every call takes at most IOV_MAX iovecs a side, at most CALL_BYTES (Linux moves at most
+    2 GiB - 4 KiB in one) and the same bytes on both; together the calls move every run's bytes,
+    in order, to where the run says."""
     field, src, dst, length = case
-    saved, push.IOV_MAX = push.IOV_MAX, iov_max
+    saved = push.IOV_MAX, push.CALL_BYTES
+    push.IOV_MAX, push.CALL_BYTES = iov_max, call_bytes
     try:
         store = push._DirectStore(field, src, dst, length)
     finally:
-        push.IOV_MAX = saved
+        push.IOV_MAX, push.CALL_BYTES = saved
     local = list(zip(store._lfield, store._src, store._local[:, 1]))
     remote = list(zip(store._rfield, store._dst, store._remote[:, 1]))
     assert sum(c[4] for c in store._chunks) == int(length.sum())
     for lstart, lcount, rstart, rcount, nbytes in store._chunks:
-        assert 1 <= lcount <= iov_max and 1 <= rcount <= iov_max
+        assert 1 <= lcount <= iov_max and 1 <= rcount <= iov_max and nbytes <= call_bytes
         assert sum(int(n) for *_, n in local[lstart:lstart + lcount]) == nbytes
         assert sum(int(n) for *_, n in remote[rstart:rstart + rcount]) == nbytes
     assert _bytes(*zip(*local)) == _bytes(field, src, length)  # source bytes, in the runs' order
@@ -66,10 +68,12 @@ def test_each_side_merges_its_own_stretches():
     assert store._chunks == [(0, 6, 0, 1, 48)]
 
 
-def test_fit_needs_long_destination_stretches(monkeypatch):
+def test_fit_needs_long_stretches_on_both_sides(monkeypatch):
+    """Short stretches on either side (a pin per destination iovec; an iovec per element of a
+    permuted or negative-stride operand) make the direct stores not worth it."""
     monkeypatch.setattr(push, "DIRECT_MIN_RUN", 64)
-    short = push._DirectStore(np.zeros(4, np.intp), np.arange(4, dtype=np.uint64) * 64,
-                              np.arange(4, dtype=np.uint64) * 64, np.full(4, 32, np.uint64))
-    long = push._DirectStore(np.zeros(4, np.intp), np.arange(4, dtype=np.uint64) * 64,
-                             np.arange(4, dtype=np.uint64) * 32, np.full(4, 32, np.uint64))
-    assert not short.fit and long.fit
+    gaps, dense, runs = np.arange(4, dtype=np.uint64) * 64, np.arange(4, dtype=np.uint64) * 32, np.full(4, 32, np.uint64)
+    fields = np.zeros(4, np.intp)
+    assert push._DirectStore(fields, dense, dense, runs).fit
+    assert not push._DirectStore(fields, gaps, dense, runs).fit  # short in the operand
+    assert not push._DirectStore(fields, dense, gaps, runs).fit  # short in the destination
