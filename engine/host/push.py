@@ -190,7 +190,7 @@ class PushExecutable:
         self._out_direct = False  # every bound out= can be stored into directly
         self._stored = np.zeros(1, np.int32)  # direct calls: did a store fail on any rank (Allreduce)
         self._direct = (_direct_wanted(MPI) and not self._landing and 1 < P <= COMPLETE_MAX
-                        and _direct_setup(self, fused))
+                        and _direct_setup(self))
 
     # -- binding ------------------------------------------------------------------------------
 
@@ -655,6 +655,7 @@ def push_problem(comm: MPI.Intracomm, plan: Plan | FusedPlan) -> str | None:
 
 IOV_MAX = 1024  # iovecs per process_vm_writev call (Linux's UIO_MAXIOV)
 CALL_BYTES = 1 << 30  # bytes per call (Linux moves at most MAX_RW_COUNT, 2 GiB - 4 KiB, in one)
+_RUNS_MAX = 1 << 22  # runs of one send past which direct stores are not considered (plan-time memory)
 _PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1).value
 
 
@@ -707,9 +708,6 @@ def _runs(fields, send: int) -> tuple[np.ndarray, ...] | None:
     return field[starts], src[starts], dst[starts], np.add.reduceat(length, starts)
 
 
-_RUNS_MAX = 1 << 22  # runs of one send past which direct stores are not considered (plan-time memory)
-
-
 def _starts(field: np.ndarray, offset: np.ndarray, length: np.ndarray) -> np.ndarray:
     """Where a new contiguous stretch begins, run by run (a run not right after the previous one)."""
     new = np.ones(len(length), bool)
@@ -717,7 +715,7 @@ def _starts(field: np.ndarray, offset: np.ndarray, length: np.ndarray) -> np.nda
     return new
 
 
-def _direct_setup(exe: PushExecutable, fused: FusedPlan) -> bool:
+def _direct_setup(exe: PushExecutable) -> bool:
     """Collective: can every rank store into every destination's memory with cross-memory attach
     (the kernel allows it, every exchange's stretches are long enough)? Tried with one word into
     every destination's header; decided from what every rank found. Builds ``exe._cma`` when so."""
