@@ -34,7 +34,12 @@ One execute, on every rank (:class:`.status.StatusRound`):
      writes the ``out=`` addresses into its segment and says so in its status (*direct*); the
      peers store their parts straight into that ``out=`` with ``process_vm_writev`` (one copy,
      by the sender, as into a result), and into the results of the ranks without an ``out=``;
-     arrivals as above. Each element moves once and no message carries data;
+     arrivals as above. Where a pair's runs make fewer stretches in the sender's operand than in
+     the destination (the kernel pins the remote side's pages per iovec), the destination reads
+     them instead, with ``process_vm_readv`` from the operand addresses the sender keeps in its
+     segment, and tells the sender it is done (the sender returns only then: its operand may
+     change after). Decided per pair when planned. Each element moves once and no message
+     carries data;
    * otherwise: the call moves its data as MPI messages straight into every ``out=`` (and
      into the results of the ranks that have none) -- the message methods' exchange, run by an
      inner :class:`~.executable.HostExecutable` (``hybrid``) over the same buffers; the local
@@ -42,10 +47,10 @@ One execute, on every rank (:class:`.status.StatusRound`):
      executable must first be built for its binding says so in its status; then the ranks
      agree once more (a build can fail) before any data moves.
 
-Cross-memory attach needs the ranks to be allowed to write into each other (the same user; Yama
+Cross-memory attach needs the ranks to be allowed to copy from and into each other (the same user; Yama
 ``ptrace_scope`` 0, or 1 with the target's consent, which each rank gives at plan time with
 ``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` as Open MPI's CMA transport does; no seccomp filter
-blocking ``process_vm_writev``). Where one pair cannot, every rank uses the messages.
+blocking ``process_vm_writev`` or ``process_vm_readv``). Where one pair cannot, every rank uses the messages.
 
 Jobs of more than :data:`~.executable.COMPLETE_MAX` ranks replace the status messages by one
 small Allreduce (the same agreement, the same credit).
@@ -149,10 +154,12 @@ class PushExecutable:
         # decided from data every rank has (the largest receive staging of any rank)
         self._landing = 0 < fused.max_recv_staging_bytes <= LANDING_MAX and 1 < P <= COMPLETE_MAX
         self._land_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
-        # without landing, a header behind the results: the out= addresses of direct calls, then a
-        # probe word per source (plan-time check of the direct stores)
-        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 8 * (self.nfields + P))
-        self._segment, peers = _share(self.comm, max(size, 1), sorted({t.dst for t in plan.sends}))
+        # without landing, a header behind the results: the out= addresses of direct calls, a probe word
+        # per rank (plan-time check of the direct copies), then the operand addresses (read by peers that
+        # copy from the operand themselves)
+        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 8 * (2 * self.nfields + P))
+        self._segment, peers = _share(self.comm, max(size, 1),
+                                      sorted({t.dst for t in plan.sends} | {t.src for t in plan.recvs}))
         self._base = np.frombuffer(self._segment, np.uint8)
         self._peer_ptr = {dst: np.frombuffer(m, np.uint8).ctypes.data for dst, m in peers.items()}
         self._peer_segments = peers
@@ -183,12 +190,19 @@ class PushExecutable:
         self._land_pairs = None
         self._inner: HostExecutable | None = None  # the messages of calls with an out= (made at the first)
         self._freed = False
-        # direct stores (cross-memory attach) of calls with an out=: decided here, collectively
+        # direct copies (cross-memory attach) of calls with an out=: decided here, collectively
         self._header = (np.zeros(self.nfields, np.uint64) if self._landing else
                         np.frombuffer(self._segment, np.uint64, self.nfields, self._land_off[me]))
-        self._cma: list[_DirectStore] = []  # per send, when direct
-        self._out_direct = False  # every bound out= can be stored into directly
-        self._stored = np.zeros(1, np.int32)  # direct calls: did a store fail on any rank (Allreduce)
+        self._operand_words = (None if self._landing else
+                               np.frombuffer(self._segment, np.uint64, self.nfields, _operands_at(self, me)))
+        self._targets: list[int] = []  # direct calls: where my every field lands (its out=, or its result)
+        self._writes: list[_DirectCopy | None] = []  # per send, when direct: None where the peer reads
+        self._reads: list[_DirectCopy | None] = []  # per receive, when direct: None where the peer stores
+        self._done_sends: list = []  # per receive I read: "done reading your operand"
+        self._done_recvs: list = []  # per send my peer reads
+        self._modes: dict = {}  # direct calls: (status code, which peers are direct) -> _DirectMode
+        self._out_direct = False  # every bound out= can be copied into directly
+        self._stored = np.zeros(1, np.int32)  # direct calls: did a copy fail on any rank (Allreduce)
         self._direct = (_direct_wanted(MPI) and not self._landing and 1 < P <= COMPLETE_MAX
                         and _direct_setup(self))
 
@@ -204,6 +218,8 @@ class PushExecutable:
         self._in_owners[field] = owner
         if ptr != self._in_ptrs[field] or not self._bound:
             self._in_ptrs[field] = ptr
+            if self._operand_words is not None:  # read by peers in a call (no call of mine is running)
+                self._operand_words[field] = ptr
             self._bound = True
             self._pairs = self._land_pairs = None
         if self._inner is not None:
@@ -226,7 +242,8 @@ class PushExecutable:
             self._out_direct = self._has_out and all(b is None or _same_layout(b, r)
                                                      for b, r in zip(self._outs, self.results))
             if self._out_direct:  # read by the peers once my status says direct (no call of mine is running)
-                self._header[:] = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)]
+                self._targets = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)]
+                self._header[:] = self._targets
                 self._land_pairs = self._landed.get(self._land_key())
         if buf is not None and self._inner is None and not self._out_direct:
             self._inner = self._make_inner()
@@ -257,8 +274,9 @@ class PushExecutable:
         self._copies.clear()
         self._landed.clear()
         self._pairs = self._land_pairs = None
-        for store in self._cma:
-            store.forget_operands()
+        for copy in self._writes:
+            if copy is not None:
+                copy.forget_mine()
         if self._inner is not None:
             self._inner.release_input()
 
@@ -438,34 +456,40 @@ class PushExecutable:
             copyto(d, s, casting="no")
 
     def _store_direct(self, code: int, out: bool, heard: list[int] | None) -> None:
-        """Some rank writes into an out=, and every such out= can be stored into: store straight into
-        them (cross-memory attach) and into the other peers' results; arrive; the local part."""
+        """Some rank writes into an out=, and every such out= can be copied into: copy straight into
+        them (cross-memory attach: stores into the peers, or reads from their operands where the peer's
+        side of a pair has the longer stretches) and store into the other peers' results; arrive (or say
+        "done reading" to the peer read from); the local part."""
         MPI, copyto = self._MPI, np.copyto
         local = self._land_pairs[0] if out else self._pairs[0]
-        if self._arrival_recvs:
-            MPI.Prequest.Startall(self._arrival_recvs)
-        sends = self._fields[0].sends
-        if sends:
+        key = (code, None if heard is None else tuple(heard[k] in _DIRECTS for k in self._send_codes))
+        mode = self._modes.get(key)
+        if mode is None:
+            mode = self._modes[key] = _DirectMode(self, code, out, key[1])
+        if mode.first:
+            MPI.Prequest.Startall(mode.first)
+        failed = None
+        if mode.writes:
             by_dst = self._pairs[2]
-            failed = None
-            for i, store in enumerate(self._cma):
-                if heard is None or heard[self._send_codes[i]] in _DIRECTS:
-                    failed = store.write(self._in_ptrs) or failed  # every destination gets its data
+            for i, copy in mode.writes:
+                if copy is not None:
+                    failed = copy.move(self._in_ptrs) or failed  # every destination gets its data
                 else:
                     for d, s in by_dst[i][0]:
                         copyto(d, s, casting="no")
-            MPI.Prequest.Startall(self._arrival_sends)
-        else:
-            failed = None
+            MPI.Prequest.Startall(mode.arrivals)
+        for copy, done in mode.reads:
+            failed = copy.move(self._targets) or failed  # the last failure names this rank too
+            done.Start()  # the peer may return (and change its operand) once every reader is done
         for d, s in local:
             copyto(d, s, casting="no")
-        MPI.Request.Waitall(self._finish[code])
-        # the kernel refused a store it took at plan time: every rank raises (a receiver cannot tell)
+        MPI.Request.Waitall(mode.waits)
+        # the kernel refused a copy it took at plan time: every rank raises (a receiver cannot tell)
         self._stored[0] = failed is not None
         self.comm.Allreduce(MPI.IN_PLACE, self._stored, op=MPI.MAX)
         if self._stored[0]:
             collective.agree(self.comm, None if failed is None else CommunicationError(
-                f"redist host backend (push): a cross-memory store into rank(s) {failed} failed; their out= may "
+                f"redist host backend (push): a cross-memory copy into rank(s) {failed} failed; their out= may "
                 "be incomplete"))
 
     def _send_messages(self, rebuild: bool) -> None:
@@ -508,8 +532,9 @@ class PushExecutable:
             return
         self._freed = True
         if not self._MPI.Is_finalized():
-            for r in self._arrival_recvs + self._arrival_sends:
-                r.Free()
+            for r in self._arrival_recvs + self._arrival_sends + self._done_sends + self._done_recvs:
+                if r is not None:
+                    r.Free()
             if self._status is not None:
                 self._status.free()
             if self._check is not None:
@@ -517,13 +542,14 @@ class PushExecutable:
         if self._inner is not None:
             self._inner.free()
             self._inner = None
-        self._arrival_recvs = self._arrival_sends = []
+        self._arrival_recvs = self._arrival_sends = self._done_sends = self._done_recvs = []
         self._finish = []
+        self._modes.clear()
         self._copies.clear()
         self._landed.clear()
         self._pairs = self._land_pairs = None
-        self._cma = []
-        self._header = None
+        self._writes, self._reads, self._targets = [], [], []
+        self._header = self._operand_words = None
         self._outs = [None] * self.nfields
         self._in_owners = [None] * self.nfields
         self._peer_ptr, self._peer_segments = {}, {}
@@ -553,9 +579,14 @@ class PushExecutable:
         if p.local is not None:
             c = p.local.direct
             lines.append(f"  local {p.rank}->{p.rank}: {p.local.nbytes} B, {c.runs} run(s) of {c.run_length} elem")
-        for t in p.sends:
+        reader = [c is None for c in self._writes] if self._direct else [False] * len(p.sends)
+        for t, read in zip(p.sends, reader):
             c = t.direct
-            lines.append(f"  store ->{t.dst}: {t.nbytes} B, {c.runs} run(s) of {c.run_length} elem")
+            lines.append(f"  store ->{t.dst}: {t.nbytes} B, {c.runs} run(s) of {c.run_length} elem"
+                         f"{' (into its out=: it reads them, process_vm_readv)' if read else ''}")
+        for t, copy in zip(p.recvs, self._reads if self._direct else ()):
+            if copy is not None:
+                lines.append(f"  read <-{t.src}: {t.nbytes} B, in calls with an out= (process_vm_readv)")
         if p.local is None and not p.sends and not p.recvs:
             lines.append("  (nothing to move)")
         return "\n".join(lines)
@@ -671,18 +702,25 @@ def _direct_wanted(MPI) -> bool:
     return MPI.Get_library_version().lstrip().startswith("Open MPI")
 
 
-def _process_vm_writev():
-    """libc's ``process_vm_writev`` (None where there is none), having let this process's peers write
-    into it under Yama ``ptrace_scope`` 1 (``PR_SET_PTRACER_ANY``; EINVAL without Yama: ignored)."""
+def _cross_memory():
+    """libc's ``(process_vm_writev, process_vm_readv)`` (None where there are none), having let this
+    process's peers copy from and into it under Yama ``ptrace_scope`` 1 (``PR_SET_PTRACER_ANY``;
+    EINVAL without Yama: ignored)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        writev = libc.process_vm_writev
+        calls = libc.process_vm_writev, libc.process_vm_readv
     except (OSError, AttributeError):
         return None
-    writev.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-    writev.restype = ctypes.c_ssize_t
+    for call in calls:
+        call.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+        call.restype = ctypes.c_ssize_t
     libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(_PR_SET_PTRACER_ANY), 0, 0, 0)
-    return writev
+    return calls
+
+
+def _operands_at(exe: PushExecutable, rank: int) -> int:
+    """Where rank ``rank``'s operand addresses are in its segment (behind its out= addresses and probe words)."""
+    return exe._land_off[rank] + 8 * (exe.nfields + exe._fields[0].nranks)
 
 
 def _runs(fields, send: int) -> tuple[np.ndarray, ...] | None:
@@ -715,44 +753,92 @@ def _starts(field: np.ndarray, offset: np.ndarray, length: np.ndarray) -> np.nda
     return new
 
 
+def _stretches(field: np.ndarray, offset: np.ndarray, length: np.ndarray) -> int:
+    """How many contiguous stretches one side of a send's runs makes (its iovecs)."""
+    return int(_starts(field, offset, length).sum())
+
+
+def _who_copies(runs: Sequence[tuple[np.ndarray, ...]]) -> tuple[bool, list[bool]]:
+    """(are direct copies worth it for these sends, per send: does its receiver read it). Worth it
+    where every send's stretches average at least :data:`DIRECT_MIN_RUN` bytes on both sides; the
+    receiver reads where the destination's side has more stretches than the operand's (the remote
+    side should be the one with fewer iovecs)."""
+    sides = [(_stretches(f, src, n), _stretches(f, dst, n)) for f, src, dst, n in runs]
+    fit = all(int(r[3].sum()) >= DIRECT_MIN_RUN * max(side) for r, side in zip(runs, sides))
+    return fit, [theirs > mine for mine, theirs in sides]
+
+
 def _direct_setup(exe: PushExecutable) -> bool:
-    """Collective: can every rank store into every destination's memory with cross-memory attach
-    (the kernel allows it, every exchange's stretches are long enough)? Tried with one word into
-    every destination's header; decided from what every rank found. Builds ``exe._cma`` when so."""
-    plan = exe._fields[0]
-    writev = _process_vm_writev()
-    stores = None
-    if writev is not None:
+    """Collective: can every pair of ranks copy between their memories with cross-memory attach (the
+    kernel allows it, every exchange's stretches are long enough)? Decides per send who copies: the
+    sender stores (``process_vm_writev``), or the receiver reads from the operand (``process_vm_readv``)
+    where the sender's side has fewer stretches (the kernel pins the remote side's pages per iovec:
+    the side with the long stretches should be the remote one). The receiver gets the runs of the
+    sends it reads. Tried with one word per pair, each way it will copy; decided from what every rank
+    found. Builds ``exe._writes`` and ``exe._reads`` when so."""
+    plan, comm = exe._fields[0], exe.comm
+    calls = _cross_memory()
+    runs = None
+    if calls is not None:
         try:
             runs = [_runs(exe._fields, i) for i in range(len(plan.sends))]
-            if all(r is not None for r in runs):
-                stores = [_DirectStore(*r) for r in runs]  # type: ignore[misc]  # checked just above
+            if any(r is None for r in runs):
+                runs = None
         except Exception:  # noqa: BLE001 -- then this rank cannot: agreed below
-            stores = None
-    fit = stores is not None and all(store.fit for store in stores)
-    header = exe._header.ctypes.data
+            runs = None
+    fit, read = _who_copies(runs) if runs is not None else (False, [])
     token = secrets.randbits(63) | 1  # what this rank writes into its destinations' probe words
-    infos = collective.agree(exe.comm, None, (os.getpid(), header, fit, token))
+    slots = np.frombuffer(exe._segment, np.uint64, plan.nranks, exe._land_off[plan.rank] + 8 * exe.nfields)
+    slots[plan.rank] = token  # what the ranks that read from me read back
+    infos = collective.agree(comm, None, (os.getpid(), exe._header.ctypes.data, fit, token))
     if not all(ok for _, _, ok, _ in infos):
         return False
-    word = np.array([token], np.uint64)
-    probe = (ctypes.c_uint64 * 2)(word.ctypes.data, 8)
+    outgoing: list = [None] * plan.nranks
+    for t, r, rd in zip(plan.sends, runs, read):  # type: ignore[arg-type]  # runs: every rank fits
+        if rd:
+            outgoing[t.dst] = r
+    incoming = comm.alltoall(outgoing)
+    writev, readv = calls  # type: ignore[misc]  # every rank fits
     works = True
-    for t in plan.sends:  # into my slot of each destination (their address space, their pid)
-        pid, theirs = infos[t.dst][0], infos[t.dst][1]
-        slot = (ctypes.c_uint64 * 2)(theirs + 8 * (exe.nfields + plan.rank), 8)
-        works = works and writev(pid, probe, 1, slot, 1, 0) == 8
-    collective.agree(exe.comm, None)  # every probe written (or refused)
-    slots = np.frombuffer(exe._segment, np.uint64, plan.nranks, exe._land_off[plan.rank] + 8 * exe.nfields)
-    # each source's token arrived here: its pid named this process (not another one of a namespace)
-    works = works and all(int(slots[t.src]) == infos[t.src][3] for t in plan.recvs)
-    if not all(collective.agree(exe.comm, None, works)):
+    try:
+        writes = [None if rd else _DirectCopy(*r) for r, rd in zip(runs, read)]  # type: ignore[arg-type]
+        reads = [None if incoming[t.src] is None else _DirectCopy(incoming[t.src][0], incoming[t.src][2],
+                                                                   incoming[t.src][1], incoming[t.src][3])
+                 for t in plan.recvs]
+    except Exception:  # noqa: BLE001 -- agreed below
+        writes, reads, works = [], [], False
+    word = np.array([token], np.uint64)
+    mine = (ctypes.c_uint64 * 2)(word.ctypes.data, 8)
+    for t, copy in zip(plan.sends, writes):  # into my slot of each destination I store into
+        if works and copy is not None:
+            pid, theirs = infos[t.dst][0], infos[t.dst][1]
+            works = writev(pid, mine, 1, (ctypes.c_uint64 * 2)(theirs + 8 * (exe.nfields + plan.rank), 8), 1, 0) == 8
+    for t, copy in zip(plan.recvs, reads):  # each source I read from: its own slot, its token
+        if works and copy is not None:
+            pid, theirs = infos[t.src][0], infos[t.src][1]
+            word[0] = 0
+            works = (readv(pid, mine, 1, (ctypes.c_uint64 * 2)(theirs + 8 * (exe.nfields + t.src), 8), 1, 0) == 8
+                     and int(word[0]) == infos[t.src][3])
+    collective.agree(comm, None)  # every probe written (or refused)
+    # each storing source's token arrived here: its pid named this process (not another one of a namespace)
+    works = works and all(int(slots[t.src]) == infos[t.src][3] for t, copy in zip(plan.recvs, reads) if copy is None)
+    if not all(collective.agree(comm, None, works)):
         return False
-    assert stores is not None
-    for store, t in zip(stores, plan.sends):
-        store.connect(writev, t.dst, infos[t.dst][0],
-                      np.frombuffer(exe._peer_segments[t.dst], np.uint64, exe.nfields, exe._land_off[t.dst]))
-    exe._cma = stores
+    zero = [exe._zero, 0, exe._MPI.BYTE]
+    for copy, t in zip(writes, plan.sends):
+        if copy is not None:
+            copy.connect(writev, t.dst, infos[t.dst][0],
+                         np.frombuffer(exe._peer_segments[t.dst], np.uint64, exe.nfields, exe._land_off[t.dst]))
+    for copy, t in zip(reads, plan.recvs):
+        if copy is not None:
+            copy.connect(readv, plan.rank, infos[t.src][0],
+                         np.frombuffer(exe._peer_segments[t.src], np.uint64, exe.nfields, _operands_at(exe, t.src)),
+                         source=t.src)
+    exe._writes, exe._reads = writes, reads
+    exe._done_sends = [None if c is None else comm.Send_init(zero, t.src, exe._arrival_tag)
+                       for c, t in zip(reads, plan.recvs)]
+    exe._done_recvs = [None if c is not None else comm.Recv_init(zero, t.dst, exe._arrival_tag)
+                       for c, t in zip(writes, plan.sends)]
     return True
 
 
@@ -767,15 +853,16 @@ def _split_long(field, src, dst, length):
     return field[which], src[which] + step, dst[which] + step, np.minimum(length[which] - step, np.uint64(CALL_BYTES))
 
 
-class _DirectStore:
-    """One destination of direct calls: its runs as two iovec lists, each side's contiguous stretches
-    merged on its own (the kernel pins the destination's pages per remote iovec: fewer is faster),
-    cut into calls of at most IOV_MAX iovecs a side; re-based when the operand or the destination's
-    published addresses change."""
+class _DirectCopy:
+    """One pair of direct calls, on the rank that copies: its runs as two iovec lists, *mine* (the
+    operand of a store, the out= of a read) and *theirs* (the peer's out=, the peer's operand), each
+    side's contiguous stretches merged on its own (the kernel pins the remote side's pages per iovec:
+    fewer is faster), cut into calls of at most IOV_MAX iovecs a side; re-based when my addresses or
+    the peer's published ones change."""
 
-    def __init__(self, field: np.ndarray, src: np.ndarray, dst: np.ndarray, length: np.ndarray) -> None:
-        field, src, dst, length = _split_long(field, src, dst, length)
-        new_local, new_remote = _starts(field, src, length), _starts(field, dst, length)
+    def __init__(self, field: np.ndarray, mine: np.ndarray, theirs: np.ndarray, length: np.ndarray) -> None:
+        field, mine, theirs, length = _split_long(field, mine, theirs, length)
+        new_local, new_remote = _starts(field, mine, length), _starts(field, theirs, length)
         group_local, group_remote = np.cumsum(new_local) - 1, np.cumsum(new_remote) - 1
         ends = np.cumsum(length)  # bytes up to the end of each run
         local, remote, chunks = [], [], []
@@ -786,7 +873,7 @@ class _DirectStore:
                                      int(np.searchsorted(group_remote, group_remote[start] + IOV_MAX)),
                                      int(np.searchsorted(ends, before + CALL_BYTES, side="right"))))
             sides = []
-            for new, offset, out in ((new_local, src, local), (new_remote, dst, remote)):
+            for new, offset, out in ((new_local, mine, local), (new_remote, theirs, remote)):
                 first = new[start:end].copy()
                 first[0] = True  # a stretch cut by the previous call starts again here
                 at = np.flatnonzero(first) + start
@@ -795,47 +882,68 @@ class _DirectStore:
             chunks.append((sum(len(part[0]) for part in local) - sides[0], sides[0],
                            sum(len(part[0]) for part in remote) - sides[1], sides[1], int(length[start:end].sum())))
             start = end
-        self._lfield, self._src, llen = (np.concatenate(col) for col in zip(*local))
-        self._rfield, self._dst, rlen = (np.concatenate(col) for col in zip(*remote))
+        self._lfield, self._mine, llen = (np.concatenate(col) for col in zip(*local))
+        self._rfield, self._theirs, rlen = (np.concatenate(col) for col in zip(*remote))
         self._local = np.zeros((len(llen), 2), np.uint64)
         self._local[:, 1] = llen
         self._remote = np.zeros((len(rlen), 2), np.uint64)
         self._remote[:, 1] = rlen
         self._chunks = chunks
-        total = int(length.sum())
-        #: worth it: the stretches average at least DIRECT_MIN_RUN bytes on both sides
-        self.fit: bool = total >= DIRECT_MIN_RUN * max(len(llen), len(rlen))
-        self._writev = self._rank = self._pid = self._header = None
+        self._call = self._into = self._pid = self._header = None
+        self._what = ""
         self._ptrs: tuple[int, ...] | None = None
         self._bases: bytes | None = None
 
-    def connect(self, writev, rank: int, pid: int, header: np.ndarray) -> None:
-        """The destination: its rank, its process, its published out= addresses (a view of its segment)."""
-        self._writev, self._rank, self._pid, self._header = writev, rank, pid, header
+    def connect(self, call, into: int, pid: int, header: np.ndarray, source: int | None = None) -> None:
+        """``call`` (process_vm_writev, or process_vm_readv from rank ``source``), the rank whose memory
+        it writes, the peer's process, its published addresses (a view of its segment)."""
+        self._call, self._into, self._pid, self._header = call, into, pid, header
+        self._what = (f"process_vm_writev to pid {pid}" if source is None else
+                      f"process_vm_readv from rank {source}, pid {pid}")
 
-    def forget_operands(self) -> None:
+    def forget_mine(self) -> None:
         self._ptrs = None
 
-    def write(self, ptrs: Sequence[int]) -> str | None:
-        """Store every run into the destination; what went wrong, or None."""
+    def move(self, ptrs: Sequence[int]) -> str | None:
+        """Copy every run (``ptrs``: my side's address per field); what went wrong, or None."""
         key = tuple(ptrs)
         if key != self._ptrs:
-            self._local[:, 0] = np.asarray(key, np.uint64)[self._lfield] + self._src
+            self._local[:, 0] = np.asarray(key, np.uint64)[self._lfield] + self._mine
             self._ptrs = key
         header = self._header
-        bases = header.tobytes()  # the destination wrote them before its status
+        bases = header.tobytes()  # the peer wrote them before its status
         if bases != self._bases:
-            self._remote[:, 0] = header[self._rfield] + self._dst
+            self._remote[:, 0] = header[self._rfield] + self._theirs
             self._bases = bases
-        local, remote, writev, pid = self._local.ctypes.data, self._remote.ctypes.data, self._writev, self._pid
+        local, remote, call, pid = self._local.ctypes.data, self._remote.ctypes.data, self._call, self._pid
         for lstart, lcount, rstart, rcount, nbytes in self._chunks:
             ctypes.set_errno(0)
-            got = writev(pid, local + 16 * lstart, lcount, remote + 16 * rstart, rcount, 0)
+            got = call(pid, local + 16 * lstart, lcount, remote + 16 * rstart, rcount, 0)
             if got != nbytes:
                 errno = ctypes.get_errno()
-                return (f"{self._rank} (process_vm_writev to pid {pid}: {got} of {nbytes} bytes"
+                return (f"{self._into} ({self._what}: {got} of {nbytes} bytes"
                         f"{', ' + os.strerror(errno) if got < 0 and errno else ''})")
         return None
+
+
+class _DirectMode:
+    """What a direct call does for one status code and one set of direct peers: the requests to start
+    first, the sends to copy (a :class:`_DirectCopy`) or store (None: into the peer's result), their
+    arrivals, the receives to read and their "done", and every request to wait for."""
+
+    def __init__(self, exe: PushExecutable, code: int, out: bool, direct: tuple[bool, ...] | None) -> None:
+        plan = exe._fields[0]
+        peer_direct = [direct is None or direct[i] for i in range(len(plan.sends))]
+        read_by_peer = [d and c is None for d, c in zip(peer_direct, exe._writes)]
+        read_by_me = [out and c is not None for c in exe._reads]
+        self.first = ([r for r, mine in zip(exe._arrival_recvs, read_by_me) if not mine]
+                      + [r for r, theirs in zip(exe._done_recvs, read_by_peer) if theirs])
+        self.writes = [(i, exe._writes[i] if d else None)
+                       for i, (d, theirs) in enumerate(zip(peer_direct, read_by_peer)) if not theirs]
+        self.arrivals = [exe._arrival_sends[i] for i, _ in self.writes]
+        self.reads = [(c, exe._done_sends[j]) for j, (c, mine) in enumerate(zip(exe._reads, read_by_me)) if mine]
+        self.waits = self.first + self.arrivals + [done for _, done in self.reads] + (
+            exe._status.sends[code] if exe._status else [])
 
 
 def _out_route(exe: PushExecutable) -> str:
@@ -843,6 +951,7 @@ def _out_route(exe: PushExecutable) -> str:
     if exe._landing:
         return "land in shared memory, then copy"
     if exe._direct:
-        return ("are stored straight into it by the peers (cross-memory attach) when every out= is laid out like "
-                "its result, else sent as MPI messages straight into it")
+        return ("are copied straight into it (cross-memory attach: the peers store, or the rank reads their "
+                "operands where their side has the longer stretches) when every out= is laid out like its "
+                "result, else sent as MPI messages straight into it")
     return "send MPI messages straight into it"

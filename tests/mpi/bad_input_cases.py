@@ -1264,31 +1264,81 @@ def push_direct_stores_into_out(env):
         got = r.execute(out=np.full(wz.shape, -1.0))
         env.check(same_bits(got, wz), f"x-slabs -> z-slabs, call {it}: wrong data")
     r.free()
+    # the reverse, z-slabs -> x-slabs: long stretches in the operand, 160-byte runs in the destination,
+    # so every receiver reads (process_vm_readv); each sender overwrites its operand in place right
+    # after its call returns (a reader still at work would copy the new values), and a different rank
+    # takes the engine-owned result each call (its peers store into it)
+    part = np.ascontiguousarray(big[sl(ob)])
+    with push_route("push-direct"):
+        r = Redistribute(part, ob, ib, options={"host_method": "push"})
+        r.plan()
+    env.check("process_vm_readv" in r.plan_description, "z-slabs -> x-slabs: the receivers do not read")
+    wx = big[sl(ib)]
+    outs = [np.full(wx.shape, -1.0), np.full(wx.shape, -2.0)]
+    for it in range(4):
+        part[...] = big[sl(ob)] + 1000 * it
+        got = r.execute() if env.rank == it % env.P else r.execute(out=outs[it % 2])
+        part[...] = -5.0
+        env.check(same_bits(got, wx + 1000 * it), f"z-slabs -> x-slabs, call {it}: wrong data")
+    r.free()
 
 
-@case((errors.CommunicationError, r"cross-memory store into rank\(s\) {last} .*failed; their out= may be incomplete"))
+@case((errors.CommunicationError, r"cross-memory copy into rank\(s\) {last} \(process_vm_writev .*failed; their out= may "
+                                   "be incomplete"))
 def push_direct_out_the_kernel_refuses(env):
-    """The last rank's out= is read-only memory that numpy believes writable (a ctypes view of an
-    mprotect'ed mapping): redist cannot see it before the peers store, the kernel refuses their
-    stores, and every rank raises -- also the last rank, which stored nothing itself (it receives
-    its whole box from a peer: reversed slabs, no local part there)."""
-    import ctypes
-    import mmap
-
+    """The last rank's out= is read-only memory that numpy believes writable: redist cannot see it
+    before the peers store, the kernel refuses their stores, and every rank raises -- also the last
+    rank, which stored nothing itself (it receives its whole box from a peer: reversed slabs, no
+    local part there)."""
     with push_route("push-direct"):
         a, g = operand(env)
         out_box = Slab.X.box(env.P - 1 - env.rank, SHAPE, nranks=env.P)
         r = Redistribute(a, Slab.X, out_box, options={"host_method": "push"})
         r.plan()
     w = g[sl(out_box)]
-    out = np.full(w.shape, -1.0)
-    if env.is_last():
-        pages = mmap.mmap(-1, out.nbytes + mmap.PAGESIZE)
-        addr = ctypes.addressof(ctypes.c_char.from_buffer(pages))
-        libc = ctypes.CDLL(None)
-        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        assert libc.mprotect(ctypes.c_void_p(addr), len(pages), mmap.PROT_READ) == 0
-        out = np.ctypeslib.as_array((ctypes.c_double * out.size).from_address(addr)).reshape(w.shape)
+    r.execute(out=_read_only_like(w) if env.is_last() else np.full(w.shape, -1.0))
+
+
+def _read_only_like(w, pages_from=None):
+    """An array like ``w`` in memory that numpy believes writable but that is read-only (a view of an
+    mprotect'ed mapping, which redist cannot tell from writable memory). ``pages_from``: only the
+    pages starting at these byte offsets are read-only."""
+    import ctypes
+    import mmap
+
+    pages = mmap.mmap(-1, w.nbytes + mmap.PAGESIZE)
+    arr = np.frombuffer(pages, np.float64, w.size).reshape(w.shape)  # holds the mapping
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for at, size in [(0, len(pages))] if pages_from is None else [(at, mmap.PAGESIZE) for at in pages_from]:
+        assert libc.mprotect(ctypes.c_void_p(arr.ctypes.data + at), size, mmap.PROT_READ) == 0
+    return arr
+
+
+@case((errors.CommunicationError, r"cross-memory copy into rank\(s\) {last} \(process_vm_readv from rank \d+, .*failed; "
+                                   "their out= may be incomplete"))
+def push_direct_read_into_out_the_kernel_refuses(env):
+    """The same with the last rank reading: y-slabs of a (4P, P, 512) float64 -> x-slabs, so every
+    row of the last rank's out= holds one page of every rank (the peers' a stretch each in their
+    operands: it reads them, process_vm_readv); the pages its peers' data goes to are read-only, the
+    kernel refuses its reads, and every rank raises -- the peers, which copied nothing, too. (Its own
+    page of each row is writable: the local part is copied by numpy.)"""
+    import mmap
+
+    P = env.P
+    shape = (4 * P, P, mmap.PAGESIZE // 8)
+    big = global_values(shape, np.float64)
+    ib, ob = Slab(1).box(env.rank, shape, nranks=P), Slab.X.box(env.rank, shape, nranks=P)
+    with push_route("push-direct"):
+        r = Redistribute(np.ascontiguousarray(big[sl(ib)]), ib, ob, options={"host_method": "push"})
+        r.plan()
+    env.check(not env.is_last() or "read <-0" in r.plan_description, "the last rank does not read")
+    w = big[sl(ob)]
+    if env.is_last():  # the page of row x from rank y starts at (x * P + y) pages
+        theirs = [(x * P + y) * mmap.PAGESIZE for x in range(w.shape[0]) for y in range(P) if y != env.rank]
+        out = _read_only_like(w, theirs)
+    else:
+        out = np.full(w.shape, -1.0)
     r.execute(out=out)
 
 
