@@ -37,9 +37,10 @@ One execute, on every rank (:class:`.status.StatusRound`):
      arrivals as above. Where a pair's runs make fewer stretches in the sender's operand than in
      the destination (the kernel pins the remote side's pages per iovec), the destination reads
      them instead, with ``process_vm_readv`` from the operand addresses the sender keeps in its
-     segment, and tells the sender it is done (the sender returns only then: its operand may
-     change after). Decided per pair when planned. Each element moves once and no message
-     carries data;
+     segment (decided per pair when planned). Every direct call ends with one small Allreduce,
+     which each rank enters after its copies: it tells every rank whether a copy failed, and a
+     sender returns (and may change its operand) only once every reader is done. Each element
+     moves once and no message carries data;
    * otherwise: the call moves its data as MPI messages straight into every ``out=`` (and
      into the results of the ranks that have none) -- the message methods' exchange, run by an
      inner :class:`~.executable.HostExecutable` (``hybrid``) over the same buffers; the local
@@ -53,7 +54,8 @@ Cross-memory attach needs the ranks to be allowed to copy from and into each oth
 blocking ``process_vm_writev`` or ``process_vm_readv``). Where one pair cannot, every rank uses the messages.
 
 Jobs of more than :data:`~.executable.COMPLETE_MAX` ranks replace the status messages by one
-small Allreduce (the same agreement, the same credit).
+small Allreduce (the same agreement, the same credit); their calls with an ``out=`` never copy
+directly (the Allreduce carries no per-rank codes).
 
 **Lifetimes are local.** A segment is plain shared memory, not an MPI object: nothing about it
 is collective after lowering. The executable holds its own segment and its mappings of its
@@ -198,8 +200,6 @@ class PushExecutable:
         self._targets: list[int] = []  # direct calls: where my every field lands (its out=, or its result)
         self._writes: list[_DirectCopy | None] = []  # per send, when direct: None where the peer reads
         self._reads: list[_DirectCopy | None] = []  # per receive, when direct: None where the peer stores
-        self._done_sends: list = []  # per receive I read: "done reading your operand"
-        self._done_recvs: list = []  # per send my peer reads
         self._modes: dict = {}  # direct calls: (status code, which peers are direct) -> _DirectMode
         self._out_direct = False  # every bound out= can be copied into directly
         self._stored = np.zeros(1, np.int32)  # direct calls: did a copy fail on any rank (Allreduce)
@@ -458,8 +458,9 @@ class PushExecutable:
     def _store_direct(self, code: int, out: bool, heard: list[int] | None) -> None:
         """Some rank writes into an out=, and every such out= can be copied into: copy straight into
         them (cross-memory attach: stores into the peers, or reads from their operands where the peer's
-        side of a pair has the longer stretches) and store into the other peers' results; arrive (or say
-        "done reading" to the peer read from); the local part."""
+        side of a pair has the longer stretches) and store into the other peers' results; arrive; the
+        local part; then one Allreduce, entered after my copies: did any fail (every rank raises), and
+        no sender returns before every rank that reads its operand is done."""
         MPI, copyto = self._MPI, np.copyto
         local = self._land_pairs[0] if out else self._pairs[0]
         key = (code, None if heard is None else tuple(heard[k] in _DIRECTS for k in self._send_codes))
@@ -473,24 +474,25 @@ class PushExecutable:
             by_dst = self._pairs[2]
             for i, copy in mode.writes:
                 if copy is not None:
-                    failed = copy.move(self._in_ptrs) or failed  # every destination gets its data
+                    failed = copy.move(self._in_ptrs, failed)  # every destination gets its data
                 else:
                     for d, s in by_dst[i][0]:
                         copyto(d, s, casting="no")
             MPI.Prequest.Startall(mode.arrivals)
-        for copy, done in mode.reads:
-            failed = copy.move(self._targets) or failed  # the last failure names this rank too
-            done.Start()  # the peer may return (and change its operand) once every reader is done
+        for copy in mode.reads:
+            failed = copy.move(self._targets, failed)
         for d, s in local:
             copyto(d, s, casting="no")
         MPI.Request.Waitall(mode.waits)
-        # the kernel refused a copy it took at plan time: every rank raises (a receiver cannot tell)
+        # after my copies: the kernel refused one it took at plan time (every rank raises: a receiver cannot
+        # tell), and a sender whose operand is read returns only after every rank is done
         self._stored[0] = failed is not None
         self.comm.Allreduce(MPI.IN_PLACE, self._stored, op=MPI.MAX)
         if self._stored[0]:
-            collective.agree(self.comm, None if failed is None else CommunicationError(
-                f"redist host backend (push): a cross-memory copy into rank(s) {failed} failed; their out= may "
-                "be incomplete"))
+            failures = [f for mine in collective.agree(self.comm, None, failed) if mine for f in mine]
+            into = ", ".join(str(r) for r in sorted({r for r, _ in failures}))
+            raise CommunicationError(f"redist host backend (push): cross-memory copies into rank(s) {into} failed "
+                                     f"({'; '.join(what for _, what in failures)}); their out= may be incomplete")
 
     def _send_messages(self, rebuild: bool) -> None:
         """Some rank writes into an out=: the inner message exchange (agreed already)."""
@@ -532,9 +534,8 @@ class PushExecutable:
             return
         self._freed = True
         if not self._MPI.Is_finalized():
-            for r in self._arrival_recvs + self._arrival_sends + self._done_sends + self._done_recvs:
-                if r is not None:
-                    r.Free()
+            for r in self._arrival_recvs + self._arrival_sends:
+                r.Free()
             if self._status is not None:
                 self._status.free()
             if self._check is not None:
@@ -542,7 +543,7 @@ class PushExecutable:
         if self._inner is not None:
             self._inner.free()
             self._inner = None
-        self._arrival_recvs = self._arrival_sends = self._done_sends = self._done_recvs = []
+        self._arrival_recvs = self._arrival_sends = []
         self._finish = []
         self._modes.clear()
         self._copies.clear()
@@ -580,13 +581,15 @@ class PushExecutable:
             c = p.local.direct
             lines.append(f"  local {p.rank}->{p.rank}: {p.local.nbytes} B, {c.runs} run(s) of {c.run_length} elem")
         reader = [c is None for c in self._writes] if self._direct else [False] * len(p.sends)
-        for t, read in zip(p.sends, reader):
+        for i, (t, read) in enumerate(zip(p.sends, reader)):
             c = t.direct
-            lines.append(f"  store ->{t.dst}: {t.nbytes} B, {c.runs} run(s) of {c.run_length} elem"
+            lines.append(f"  store ->{t.dst}: {sum(q.sends[i].nbytes for q in self._fields)} B, {c.runs} run(s) of "
+                         f"{c.run_length} elem"
                          f"{' (into its out=: it reads them, process_vm_readv)' if read else ''}")
-        for t, copy in zip(p.recvs, self._reads if self._direct else ()):
+        for j, (t, copy) in enumerate(zip(p.recvs, self._reads if self._direct else ())):
             if copy is not None:
-                lines.append(f"  read <-{t.src}: {t.nbytes} B, in calls with an out= (process_vm_readv)")
+                lines.append(f"  read <-{t.src}: {sum(q.recvs[j].nbytes for q in self._fields)} B, in calls with an "
+                             "out= (process_vm_readv)")
         if p.local is None and not p.sends and not p.recvs:
             lines.append("  (nothing to move)")
         return "\n".join(lines)
@@ -824,21 +827,16 @@ def _direct_setup(exe: PushExecutable) -> bool:
     works = works and all(int(slots[t.src]) == infos[t.src][3] for t, copy in zip(plan.recvs, reads) if copy is None)
     if not all(collective.agree(comm, None, works)):
         return False
-    zero = [exe._zero, 0, exe._MPI.BYTE]
     for copy, t in zip(writes, plan.sends):
         if copy is not None:
-            copy.connect(writev, t.dst, infos[t.dst][0],
+            copy.connect(writev, plan.rank, t.dst, infos[t.dst][0],
                          np.frombuffer(exe._peer_segments[t.dst], np.uint64, exe.nfields, exe._land_off[t.dst]))
     for copy, t in zip(reads, plan.recvs):
         if copy is not None:
-            copy.connect(readv, plan.rank, infos[t.src][0],
+            copy.connect(readv, plan.rank, plan.rank, infos[t.src][0],
                          np.frombuffer(exe._peer_segments[t.src], np.uint64, exe.nfields, _operands_at(exe, t.src)),
                          source=t.src)
     exe._writes, exe._reads = writes, reads
-    exe._done_sends = [None if c is None else comm.Send_init(zero, t.src, exe._arrival_tag)
-                       for c, t in zip(reads, plan.recvs)]
-    exe._done_recvs = [None if c is not None else comm.Recv_init(zero, t.dst, exe._arrival_tag)
-                       for c, t in zip(writes, plan.sends)]
     return True
 
 
@@ -889,23 +887,25 @@ class _DirectCopy:
         self._remote = np.zeros((len(rlen), 2), np.uint64)
         self._remote[:, 1] = rlen
         self._chunks = chunks
-        self._call = self._into = self._pid = self._header = None
+        self._call = self._me = self._into = self._pid = self._header = None
         self._what = ""
         self._ptrs: tuple[int, ...] | None = None
         self._bases: bytes | None = None
 
-    def connect(self, call, into: int, pid: int, header: np.ndarray, source: int | None = None) -> None:
-        """``call`` (process_vm_writev, or process_vm_readv from rank ``source``), the rank whose memory
-        it writes, the peer's process, its published addresses (a view of its segment)."""
+    def connect(self, call, me: int, into: int, pid: int, header: np.ndarray, source: int | None = None) -> None:
+        """``call`` (process_vm_writev, or process_vm_readv from rank ``source``), my rank, the rank whose
+        memory it writes, the peer's process, its published addresses (a view of its segment)."""
+        self._me = me
         self._call, self._into, self._pid, self._header = call, into, pid, header
-        self._what = (f"process_vm_writev to pid {pid}" if source is None else
+        self._what = (f"process_vm_writev into rank {into}, pid {pid}" if source is None else
                       f"process_vm_readv from rank {source}, pid {pid}")
 
     def forget_mine(self) -> None:
         self._ptrs = None
 
-    def move(self, ptrs: Sequence[int]) -> str | None:
-        """Copy every run (``ptrs``: my side's address per field); what went wrong, or None."""
+    def move(self, ptrs: Sequence[int], failed: list | None) -> list | None:
+        """Copy every run (``ptrs``: my side's address per field); ``failed`` (the failures so far,
+        or None) with (the rank written into, what went wrong) added if the kernel refused."""
         key = tuple(ptrs)
         if key != self._ptrs:
             self._local[:, 0] = np.asarray(key, np.uint64)[self._lfield] + self._mine
@@ -921,28 +921,27 @@ class _DirectCopy:
             got = call(pid, local + 16 * lstart, lcount, remote + 16 * rstart, rcount, 0)
             if got != nbytes:
                 errno = ctypes.get_errno()
-                return (f"{self._into} ({self._what}: {got} of {nbytes} bytes"
-                        f"{', ' + os.strerror(errno) if got < 0 and errno else ''})")
-        return None
+                what = f"{self._what}: {got} of {nbytes} bytes{', ' + os.strerror(errno) if got < 0 and errno else ''}"
+                return [*(failed or ()), (self._into, f"rank {self._me} {what}")]
+        return failed
 
 
 class _DirectMode:
-    """What a direct call does for one status code and one set of direct peers: the requests to start
-    first, the sends to copy (a :class:`_DirectCopy`) or store (None: into the peer's result), their
-    arrivals, the receives to read and their "done", and every request to wait for."""
+    """What a direct call does for one status code and one set of direct peers: the arrivals to
+    receive, the sends to copy (a :class:`_DirectCopy`) or store (None: into the peer's result) and
+    their arrivals (none where the peer reads), the receives to read, and every request to wait for."""
 
     def __init__(self, exe: PushExecutable, code: int, out: bool, direct: tuple[bool, ...] | None) -> None:
         plan = exe._fields[0]
         peer_direct = [direct is None or direct[i] for i in range(len(plan.sends))]
         read_by_peer = [d and c is None for d, c in zip(peer_direct, exe._writes)]
         read_by_me = [out and c is not None for c in exe._reads]
-        self.first = ([r for r, mine in zip(exe._arrival_recvs, read_by_me) if not mine]
-                      + [r for r, theirs in zip(exe._done_recvs, read_by_peer) if theirs])
+        self.first = [r for r, mine in zip(exe._arrival_recvs, read_by_me) if not mine]
         self.writes = [(i, exe._writes[i] if d else None)
                        for i, (d, theirs) in enumerate(zip(peer_direct, read_by_peer)) if not theirs]
         self.arrivals = [exe._arrival_sends[i] for i, _ in self.writes]
-        self.reads = [(c, exe._done_sends[j]) for j, (c, mine) in enumerate(zip(exe._reads, read_by_me)) if mine]
-        self.waits = self.first + self.arrivals + [done for _, done in self.reads] + (
+        self.reads = [c for c, mine in zip(exe._reads, read_by_me) if mine]
+        self.waits = self.first + self.arrivals + (
             exe._status.sends[code] if exe._status else [])
 
 

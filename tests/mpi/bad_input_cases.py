@@ -1283,8 +1283,8 @@ def push_direct_stores_into_out(env):
     r.free()
 
 
-@case((errors.CommunicationError, r"cross-memory copy into rank\(s\) {last} \(process_vm_writev .*failed; their out= may "
-                                   "be incomplete"))
+@case((errors.CommunicationError, r"cross-memory copies into rank\(s\) {last} failed \(rank \d+ process_vm_writev "
+                                   r"into rank {last}, .*Bad address\); their out= may be incomplete"))
 def push_direct_out_the_kernel_refuses(env):
     """The last rank's out= is read-only memory that numpy believes writable: redist cannot see it
     before the peers store, the kernel refuses their stores, and every rank raises -- also the last
@@ -1315,8 +1315,9 @@ def _read_only_like(w, pages_from=None):
     return arr
 
 
-@case((errors.CommunicationError, r"cross-memory copy into rank\(s\) {last} \(process_vm_readv from rank \d+, .*failed; "
-                                   "their out= may be incomplete"))
+@case((errors.CommunicationError, r"cross-memory copies into rank\(s\) {last} failed \(rank {last} process_vm_readv "
+                                   r"from rank \d+, [^)]*Bad address(; rank {last} process_vm_readv from rank \d+, [^)]*Bad "
+                                   r"address)*\); their out= may be incomplete"))
 def push_direct_read_into_out_the_kernel_refuses(env):
     """The same with the last rank reading: y-slabs of a (4P, P, 512) float64 -> x-slabs, so every
     row of the last rank's out= holds one page of every rank (the peers' a stretch each in their
@@ -1340,6 +1341,31 @@ def push_direct_read_into_out_the_kernel_refuses(env):
     else:
         out = np.full(w.shape, -1.0)
     r.execute(out=out)
+
+
+@case(OK)
+def push_direct_describe_counts_every_field(env):
+    """describe() of push with several fields of different dtypes: each peer's line counts every field's
+    bytes (they add up to the totals); X -> Y slabs store, Y -> X slabs read, and they say so."""
+    import re
+
+    ops, gs = fields(env)
+    with push_route("push-direct"):
+        there = Redistribute(ops, Slab.X, Slab.Y, options={"host_method": "push"})
+        there.plan()
+        back = Redistribute(tuple(np.ascontiguousarray(want(env, g)) for g in gs), Slab.Y, Slab.X,
+                            options={"host_method": "push"})
+        back.plan()
+    for name, r, reads in (("X -> Y", there, False), ("Y -> X", back, True)):
+        text = r.plan_description
+        stores, receives = map(int, re.search(r"stores (\d+) B into \d+ peer\(s\), receives (\d+) B", text).groups())
+        env.check(sum(int(n) for n in re.findall(r"store ->\d+: (\d+) B", text)) == stores, f"{name}: {text}")
+        read = [int(n) for n in re.findall(r"read <-\d+: (\d+) B", text)]
+        env.check(bool(read) == reads and (not read or sum(read) == receives), f"{name}: {text}")
+        got = r.execute(out=tuple(np.full_like(x, -1) for x in r.execute()))
+        for f, (x, g) in enumerate(zip(got, gs)):
+            env.check(same_bits(x, want(env, g, Slab.X if reads else Slab.Y)), f"{name}, field {f}: wrong data")
+        r.free()
 
 
 @case(OK)
