@@ -133,7 +133,7 @@ def main() -> None:
             r.free()
     if rank == 0:
         print(f"# redist {redist.__file__}: P={P}, Slab.X -> Slab.Y {args.dtype}, median of {args.reps} interleaved "
-              f"repetitions; {MPI.Get_library_version().splitlines()[0].strip()}")
+              f"repetitions; {MPI.Get_library_version().replace(chr(0), '').splitlines()[0].strip()}")
         print("| N | variant | ms per call | / result |")
         print("|---|---|---|---|")
         for row in rows:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune nvmath permuted sizes fields
-#                                        bench-capture contract examples
+#                                        bench-capture contract examples host
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
-# ranks on one GPU, REDIST_SHARED_GPU=1).
+# ranks on one GPU, REDIST_SHARED_GPU=1). "host" uses the machine's CPU cores only (P = 2 and 4 without
+# oversubscription); for its 2DECOMP&FFT part carry scratch/2decomp-src (a 2DECOMP&FFT source tree).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -72,6 +73,24 @@ for s in "$@"; do
   tune)
     step "copy kernel variants and launch layers, P=1"
     timeout 300 python3 perf/tune_copy.py ${TUNE_ARGS:-} --out "$OUT/tune_copy.md" 2>&1 | tail -20 ;;
+  host)
+    step "host: out= vs the engine-owned result at P=2 and 4 (bench_out), then redist vs 2DECOMP&FFT (bench_2decomp.sh)"
+    { lscpu | grep -E "^Model name|^CPU\(s\)"; mpiexec --version 2>&1 | head -1; command -v gfortran cmake mpif90 mpicc; } \
+      > "$OUT/host_env.txt" 2>&1; cat "$OUT/host_env.txt"
+    export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
+    for p in 2 4; do
+      timeout 150 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/bench_out.py --sizes 32 128 256 \
+        --methods auto push-messages hybrid --reps 9 2>&1 | tee "$OUT/bench_out_p$p.txt" | tail -13
+    done
+    # without gfortran here: carry scratch/d2d-bin, made with D2D_BUILD_ONLY=scratch/d2d-bin D2D_ARCH= (bench_2decomp.sh)
+    command -v gfortran > /dev/null || [ ! -d scratch/d2d-bin ] || export D2D_BIN=scratch/d2d-bin
+    if command -v mpicc > /dev/null && [ -d scratch/2decomp-src ] && { [ -n "${D2D_BIN:-}" ] || command -v gfortran; }; then
+      btl=self,vader; mpiexec --version 2>&1 | grep -q "Open MPI.* 5\." && btl=self,sm  # renamed in Open MPI 5
+      MPIFC=mpif90 MPICC=mpicc MPIEXEC="mpiexec --allow-run-as-root --bind-to core" OMPI_MCA_btl=$btl \
+        timeout ${D2D_TIMEOUT:-400} bash perf/bench_2decomp.sh scratch/2decomp-src "$OUT/d2d" 20 \
+        "${D2D_GRIDS:-4:2:2 4:1:4 2:1:2 2:2:1}" "${D2D_SIZES:-64 128 256}" > "$OUT/d2d.log" 2>&1
+      tail -5 "$OUT/d2d.log"
+    fi ;;
   *) echo "unknown step $s" ;;
   esac
 done

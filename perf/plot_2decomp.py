@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """redist (into out=) / 2DECOMP&FFT per transpose, size and grid, from perf/bench_2decomp.sh's outputs.
 
-    python perf/plot_2decomp.py perf/data/issue22 perf/data/issue22/round2 perf/issue22_vs_2decomp.png
+    python perf/plot_2decomp.py [--cores N] perf/data/issue22 perf/data/issue22/round2 perf/issue22_vs_2decomp.png
 
 Reads every ``redist_N_PxQ.md`` table in each folder (one folder per run), prints one markdown
 table of every case (each run's medians, the ratios, the target and whether every run meets it)
 and draws one panel per grid of out= / 2DECOMP&FFT: a bar per transpose and element type, grouped
 by N (the mean over the runs, whiskers from the lowest to the highest run), with the targets (0.6 where the
 transpose crosses ranks in 2DECOMP&FFT, 1.0 where it is a local copy there) as black marks.
+``--cores``: the cores of the machine that ran them (default 2); more ranks are marked oversubscribed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 NAMES = ["x2y", "y2z", "z2y", "y2x"]
+CORES = 2  # of the machine that ran the benchmark (--cores)
 
 
 def local_copy(name: str, prow: int, pcol: int) -> bool:
@@ -60,7 +62,7 @@ def table(grids: dict) -> None:
             cols = [" / ".join(f"{run[i]:.3f}" for run in runs) for i in range(3)]
             own = " / ".join(f"{out / owned:.2f}" for out, owned, _ in runs)
             peer = " / ".join(f"{out / peer:.2f}" for out, _, peer in runs)
-            oversub = "*" if prow * pcol > 2 else ""
+            oversub = "*" if prow * pcol > CORES else ""
             print(
                 f"| {prow * pcol}{oversub} | {prow}×{pcol} | {n}³ | {elements} | {name} | "
                 f"{'local copy' if copy else 'crosses ranks'} | {' | '.join(cols)} | {own} | {peer} | "
@@ -70,8 +72,12 @@ def table(grids: dict) -> None:
 
 
 def main() -> None:
-    grids = read([pathlib.Path(f) for f in sys.argv[1:-1]])
-    png = sys.argv[-1]
+    global CORES
+    args = sys.argv[1:]
+    if args[0] == "--cores":
+        CORES, args = int(args[1]), args[2:]
+    grids = read([pathlib.Path(f) for f in args[:-1]])
+    png = args[-1]
     table(grids)
     fig, axes = plt.subplots(1, len(grids), figsize=(4.2 * len(grids), 3.8), sharey=True, squeeze=False)
     for ax, ((prow, pcol), ratios) in zip(axes[0], sorted(grids.items())):
@@ -97,12 +103,12 @@ def main() -> None:
             ax.scatter(xs, [target] * len(xs), marker="_", color="black", s=60, zorder=3)
         ax.axhline(1.0, color="grey", lw=0.6)
         ax.set_xticks(range(len(sizes)), [f"{n}³" for n in sizes])
-        ax.set_title(f"{prow}×{pcol} grid (P={prow * pcol}{', oversubscribed' if prow * pcol > 2 else ''})")
+        ax.set_title(f"{prow}×{pcol} grid (P={prow * pcol}{', oversubscribed' if prow * pcol > CORES else ''})")
         ax.set_yscale("log")
     axes[0][0].set_ylabel("redist out= / 2DECOMP&FFT, medians\n(bar: mean of the runs; black: #22 target)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=8, fontsize=7)
-    fig.suptitle("Pencil transposes into the caller's arrays, from C/Fortran on Open MPI, 2 cores")
+    fig.suptitle(f"Pencil transposes into the caller's arrays, from C on Open MPI, {CORES} cores")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(png, dpi=110)
 
