@@ -6,7 +6,8 @@
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
 # ranks on one GPU, REDIST_SHARED_GPU=1). "host" uses the machine's CPU cores only (P = 2 and 4 without
-# oversubscription); for its 2DECOMP&FFT part carry scratch/2decomp-src (a 2DECOMP&FFT source tree).
+# oversubscription; HOST_SIZES, HOST_METHODS for bench_out); for its 2DECOMP&FFT part (D2D_GRIDS=none skips
+# it) carry scratch/2decomp-src (a 2DECOMP&FFT source tree).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -79,12 +80,14 @@ for s in "$@"; do
       > "$OUT/host_env.txt" 2>&1; cat "$OUT/host_env.txt"
     export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
     for p in 2 4; do
-      timeout 150 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/bench_out.py --sizes 32 128 256 \
-        --methods auto push-messages hybrid --reps 9 2>&1 | tee "$OUT/bench_out_p$p.txt" | tail -13
+      # shellcheck disable=SC2086
+      timeout 150 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/bench_out.py --sizes ${HOST_SIZES:-32 128 256} \
+        --methods ${HOST_METHODS:-auto push-messages hybrid} --reps 9 2>&1 | tee "$OUT/bench_out_p$p.txt" | tail -13
     done
     # without gfortran here: carry scratch/d2d-bin, made with D2D_BUILD_ONLY=scratch/d2d-bin D2D_ARCH= (bench_2decomp.sh)
     command -v gfortran > /dev/null || [ ! -d scratch/d2d-bin ] || export D2D_BIN=scratch/d2d-bin
-    if command -v mpicc > /dev/null && [ -d scratch/2decomp-src ] && { [ -n "${D2D_BIN:-}" ] || command -v gfortran; }; then
+    if [ "${D2D_GRIDS:-}" != none ] && command -v mpicc > /dev/null && [ -d scratch/2decomp-src ] \
+       && { [ -n "${D2D_BIN:-}" ] || command -v gfortran; }; then
       btl=self,vader; mpiexec --version 2>&1 | grep -q "Open MPI.* 5\." && btl=self,sm  # renamed in Open MPI 5
       MPIFC=mpif90 MPICC=mpicc MPIEXEC="mpiexec --allow-run-as-root --bind-to core" OMPI_MCA_btl=$btl \
         timeout ${D2D_TIMEOUT:-400} bash perf/bench_2decomp.sh scratch/2decomp-src "$OUT/d2d" 20 \
