@@ -205,6 +205,8 @@ class PushExecutable:
         self._stored = np.zeros(1, np.int32)  # direct calls: did a copy fail on any rank (Allreduce)
         self._direct = (_direct_wanted(MPI) and not self._landing and 1 < P <= COMPLETE_MAX
                         and _direct_setup(self))
+        if not (self._direct and None in self._writes):  # no peer reads my operand: rebinding publishes nothing
+            self._operand_words = None
 
     # -- binding ------------------------------------------------------------------------------
 
