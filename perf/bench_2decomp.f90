@@ -16,7 +16,9 @@
 ! transpose: MPI_Barrier, MPI_Wtime around the call, the slowest rank (MPI_Allreduce MAX); median
 ! and minimum over ITERS iterations after 3 warm-up ones. Element value = global column-major index
 ! g (0-based), complex (g, -g - 0.5). One untimed pass into destinations poisoned with -1 checks
-! that every transpose writes every element; every timed iteration's result is checked too. Rank 0
+! that every transpose writes every element; every timed iteration's result is checked too. Before
+! each library's timed call, untimed, the same for both: its destination is poisoned with -1, and
+! with BENCH_BETWEEN=evict (environment) each rank then writes 32 MiB of its own. Rank 0
 ! prints one line per case and library:
 !   2DECOMP&FFT <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
 !   redist-f90 <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
@@ -41,6 +43,9 @@ program bench_2decomp
    real(8), allocatable :: times(:, :), rtimes(:, :)
    logical :: good(4), rgood(4)
    type(redist_t) :: handles(4)
+   character(len=16) :: between
+   logical :: evict
+   integer(1), allocatable :: junk(:)
 
    call MPI_Init(ierr)
    call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -52,6 +57,13 @@ program bench_2decomp
    call get_command_argument(2, arg); read (arg, *) prow
    call get_command_argument(3, arg); read (arg, *) pcol
    call get_command_argument(4, arg); read (arg, *) iters
+   call get_environment_variable('BENCH_BETWEEN', between)
+   if (between /= 'poison' .and. between /= 'evict' .and. between /= '') then
+      if (rank == 0) write (*, '(a)') 'BENCH_BETWEEN must be poison or evict, not '//trim(between)
+      call MPI_Abort(MPI_COMM_WORLD, 2, ierr)
+   end if
+   evict = between == 'evict'
+   if (evict) allocate (junk(32*1024*1024))
    decomp_log = D2D_LOG_QUIET
    call decomp_2d_init(n, n, n, prow, pcol, complex_pool=.true.)  ! work buffers for complex(8) too
    call need(redist_initialize(int(MPI_COMM_WORLD, c_int32_t), REDIST_DEVICE_NONE), 'redist_initialize')
@@ -258,17 +270,28 @@ contains
    end function right
 
    ! ITERS timed iterations after the warm-up ones, each result checked: per transpose, 2DECOMP&FFT's
-   ! call, then redist's (its destination poisoned again in between, untimed)
+   ! call, then redist's, each library's call after the same untimed preparation (before)
    subroutine time_all()
       integer :: it, c
       do it = 1 - warmup, iters
          do c = 1, 4
+            call before(c, it)
             call timed(c, it, .false., times, good)
-            call poison(c)
+            call before(c, it)
             call timed(c, it, .true., rtimes, rgood)
          end do
       end do
    end subroutine time_all
+
+   ! what each rank does, untimed, before either library's transpose c (BENCH_BETWEEN): poison its
+   ! destination with -1 (the default: then its owner's cache holds it, dirty, as after a solver's
+   ! in-place work on it) and, with "evict", then write 32 MiB of a buffer of its own (no cache holds
+   ! the exchange's data, as after other work)
+   subroutine before(c, it)
+      integer, intent(in) :: c, it
+      call poison(c)
+      if (evict) junk = int(mod(it + 100, 127), 1)
+   end subroutine before
 
    ! one timed transpose c of iteration it (2DECOMP&FFT's, or redist's), recorded and checked
    subroutine timed(c, it, with_redist, tt, ok)

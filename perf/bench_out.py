@@ -2,7 +2,8 @@
 """The host exchange with and without ``out=``: the engine-owned result vs the user's own arrays.
 
     mpiexec -n P python perf/bench_out.py [--sizes 32 256] [--reps 15] [--methods auto hybrid]
-                                          [--dtype float64] [--read] [--json FILE]
+                                          [--dtype float64] [--read] [--between poison]
+                                          [--json FILE]
 
 Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side by side:
 
@@ -18,7 +19,11 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
 messages whatever the size (``LANDING_MAX`` 0 and ``DIRECT`` off while it is planned), and
 ``push-direct``: stored straight into ``out=`` by the peers whatever the size and MPI
 (``LANDING_MAX`` 0, ``DIRECT`` on; where the kernel allows it).
-Every variant is checked against the expected result first. A repetition times every variant
+``--between`` says what each rank does, untimed, before every call: ``nothing`` (the default: a tight
+loop of exchanges, caches warm), ``poison`` (write -1 into the call's destination: it is dirty in
+its owner's cache, as after a solver's in-place work on it), ``evict`` (write 32 MiB of a buffer of
+its own: no cache holds the exchange's data); then each call is timed alone between a barrier and
+the clock, and a timing sums them. Every variant is checked against the expected result first. A repetition times every variant
 once, interleaved (calls per timing chosen so that one timing lasts >= 20 ms; barrier before,
 the slowest rank counts); the table gives the median over ``--reps`` repetitions in ms per call
 and ``out=/result``. Run it with another checkout on ``PYTHONPATH`` to compare versions.
@@ -59,12 +64,22 @@ def plan_with(r, method: str) -> None:
         push.LANDING_MAX, push.DIRECT = landing, direct
 
 
-def timed(fn, comm, calls: int) -> float:
-    comm.Barrier()
-    t0 = time.perf_counter()
+def timed(fn, comm, calls: int, before=None) -> float:
+    """Seconds per call of the slowest rank; with ``before``, run untimed before each call."""
+    if before is None:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return max(comm.allgather((time.perf_counter() - t0) / calls))
+    total = 0.0
     for _ in range(calls):
+        before()
+        comm.Barrier()
+        t0 = time.perf_counter()
         fn()
-    return max(comm.allgather((time.perf_counter() - t0) / calls))
+        total += time.perf_counter() - t0
+    return max(comm.allgather(total / calls))
 
 
 def main() -> None:
@@ -73,7 +88,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--methods", nargs="+", default=["auto", "hybrid"])
     ap.add_argument("--dtype", default="float64")
-    ap.add_argument("--read", action="store_true", help="also time each call followed by reading what arrived")
+    ap.add_argument(
+        "--read", action="store_true", help="also time each call followed by reading what arrived"
+    )
+    ap.add_argument(
+        "--between",
+        choices=("nothing", "poison", "evict"),
+        default="nothing",
+        help="what each rank does, untimed, before every call",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
@@ -88,6 +111,8 @@ def main() -> None:
         outs = [np.empty(want.shape, args.dtype), np.empty(want.shape, args.dtype)]
         scratch, read = np.empty(want.shape, args.dtype), np.empty(want.shape, args.dtype)
         variants = {}
+        destinations = {}  # per variant: the array its next call writes
+        junk = np.empty(32 << 20, np.uint8) if args.between == "evict" else None
         objs = []
         for m in args.methods:
             r = Redistribute(a, Slab.X, Slab.Y, options={"host_method": m.split("-")[0]})
@@ -103,8 +128,16 @@ def main() -> None:
                 state["i"] ^= 1
                 r.execute(out=outs[state["i"]])
 
-            variants[f"{m} ({method}) result"] = r.execute
+            last = {"result": r.execute()}
+
+            def result_call(r=r, last=last):
+                last["result"] = r.execute()
+
+            variants[f"{m} ({method}) result"] = result_call
             variants[f"{m} ({method}) out="] = out_call
+            # the result variant's destination: what its last call returned
+            destinations[f"{m} ({method}) result"] = lambda last=last: last["result"]
+            destinations[f"{m} ({method}) out="] = lambda state=state: outs[state["i"] ^ 1]
             if args.read:
 
                 def result_read(r=r):
@@ -117,23 +150,36 @@ def main() -> None:
                 variants[f"{m} ({method}) result, read"] = result_read
                 variants[f"{m} ({method}) out=, read"] = out_read
         variants["copy"] = lambda: np.copyto(scratch, want)
+        destinations["copy"] = lambda: scratch
+
+        def before_of(k):
+            if args.between == "nothing":
+                return None
+            if args.between == "evict":
+                return lambda: junk.fill(7)
+            return lambda: destinations[k]().fill(-1) if k in destinations else None
+
         calls = {}
         for k, fn in variants.items():  # calls per timing: >= 20 ms
-            t = timed(fn, comm, 3)
+            t = timed(fn, comm, 3, before_of(k))
             calls[k] = max(1, int(comm.bcast(0.02 / max(t, 1e-7))))
         times = {k: [] for k in variants}
         for _ in range(args.reps):
             for k, fn in variants.items():
-                times[k].append(timed(fn, comm, calls[k]))
+                times[k].append(timed(fn, comm, calls[k], before_of(k)))
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         for k, v in med.items():
             base = k.replace(" out=", " result")
-            rows.append({"n": n, "P": P, "variant": k, "ms": v, "vs_result": v / med[base] if base in med else None})
+            rows.append(
+                {"n": n, "P": P, "variant": k, "ms": v, "vs_result": v / med[base] if base in med else None}
+            )
         for r in objs:
             r.free()
     if rank == 0:
-        print(f"# redist {redist.__file__}: P={P}, Slab.X -> Slab.Y {args.dtype}, median of {args.reps} interleaved "
-              f"repetitions; {MPI.Get_library_version().replace(chr(0), '').splitlines()[0].strip()}")
+        print(
+            f"# redist {redist.__file__}: P={P}, Slab.X -> Slab.Y {args.dtype}, median of {args.reps} interleaved "
+            f"repetitions, before each call: {args.between}; {MPI.Get_library_version().replace(chr(0), '').splitlines()[0].strip()}"
+        )
         print("| N | variant | ms per call | / result |")
         print("|---|---|---|---|")
         for row in rows:

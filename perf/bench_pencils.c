@@ -17,6 +17,11 @@
  *   <library> <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
  * measured separately (the peer library is not part of redist); its rows for this N and grid are
  * printed beside redist's, with the ratios.
+ *
+ * BENCH_BETWEEN (environment) says what each rank does, untimed, before every timed call: unset or
+ * "nothing" (a tight loop of transposes), "poison" (write -1 into the call's destination, as
+ * perf/bench_2decomp.f90 does: the destination is dirty in its owner's cache), or "evict" (write
+ * 32 MiB of a buffer of its own: the caches hold none of the exchange's data, as after other work).
  */
 #include <math.h>
 #include <mpi.h>
@@ -151,9 +156,9 @@ int main(int argc, char **argv)
     double *t = malloc(sizeof(double) * iters);
     if (rank == 0)
         printf("# redist pencil transposes from C: N=%lld, %d x %d grid (P=%d), median (min) ms of %d iterations, "
-               "slowest rank\n| elements | transpose | into out= | engine-owned | out= / owned | %s |\n"
+               "slowest rank; before each call: %s\n| elements | transpose | into out= | engine-owned | out= / owned | %s |\n"
                "|---|---|---|---|---|---|\n", (long long)n, prow, pcol, nranks, iters,
-               peer_file ? "peer | out= / peer" : "-");
+               getenv("BENCH_BETWEEN") ? getenv("BENCH_BETWEEN") : "nothing", peer_file ? "peer | out= / peer" : "-");
     for (int cplx = 0; cplx < 2; cplx++) {
         int64_t isz = cplx ? 16 : 8;
         void *arr[3];
@@ -166,13 +171,32 @@ int main(int argc, char **argv)
                                 REDIST_MEMORY_HOST, arr[from[k]]));
             NEED(redist_plan(h[k], NULL));
         }
+        const char *between = getenv("BENCH_BETWEEN");
+        int poison = between && !strcmp(between, "poison"), evict = between && !strcmp(between, "evict");
+        if (between && !poison && !evict && strcmp(between, "nothing")) {
+            if (rank == 0)
+                fprintf(stderr, "BENCH_BETWEEN must be nothing, poison or evict, not %s\n", between);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        size_t junk_bytes = (size_t)32 << 20;
+        unsigned char *junk = evict ? malloc(junk_bytes) : NULL;
         double med[2][4], mn[2][4];
         for (int owned = 0; owned < 2; owned++) {
             double *times = malloc(sizeof(double) * 4 * iters);
             int bad = 0;
+            void *last[4] = {NULL, NULL, NULL, NULL};
             for (int it = -3; it < iters; it++) {
                 for (int k = 0; k < 4; k++) {
                     void *res;
+                    if (poison && (!owned || last[k])) {  /* owned: the result of this handle's last call */
+                        double *d = owned ? last[k] : arr[to[k]];
+                        for (int64_t i = 0; i < volume(lo[to[k]], hi[to[k]]) * (isz / 8); i++)
+                            d[i] = -1.0;
+                    }
+                    if (evict) {
+                        memset(junk, it & 0xff, junk_bytes);
+                        __asm__ volatile("" : : "r"(junk) : "memory"); /* the stores happen */
+                    }
                     MPI_Barrier(MPI_COMM_WORLD);
                     double t0 = MPI_Wtime();
                     NEED(redist_execute(h[k], NULL, owned ? NULL : arr[to[k]], &res));
@@ -180,6 +204,7 @@ int main(int argc, char **argv)
                     MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
                     if (it >= 0)
                         times[k * iters + it] = dt;
+                    last[k] = res;
                     if (!right(res, cplx, lo[to[k]], hi[to[k]]))
                         bad = 1;
                 }
@@ -197,6 +222,7 @@ int main(int argc, char **argv)
             }
             free(times);
         }
+        free(junk);
         for (int k = 0; k < 4 && rank == 0; k++) {
             char lib[64] = "";
             double pm = peer(peer_file, cplx ? "complex8" : "real8", prow, pcol, NAMES[k], lib);

@@ -6,8 +6,9 @@
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
 # ranks on one GPU, REDIST_SHARED_GPU=1). "host" uses the machine's CPU cores only (P = 2 and 4 without
-# oversubscription; HOST_SIZES, HOST_METHODS for bench_out); for its 2DECOMP&FFT part (D2D_GRIDS=none skips
-# it) carry scratch/2decomp-src (a 2DECOMP&FFT source tree).
+# oversubscription; HOST_SIZES, HOST_METHODS, HOST_BETWEEN for bench_out, HOST_PROBE=1 adds
+# probe_hot_destination.py and probe_cold_call.py); for its 2DECOMP&FFT part (D2D_GRIDS=none skips it; D2D_BETWEEN: what the drivers
+# do before each timed call, default poison) carry scratch/2decomp-src (a 2DECOMP&FFT source tree).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -79,20 +80,32 @@ for s in "$@"; do
     { lscpu | grep -E "^Model name|^CPU\(s\)"; mpiexec --version 2>&1 | head -1; command -v gfortran cmake mpif90 mpicc; } \
       > "$OUT/host_env.txt" 2>&1; cat "$OUT/host_env.txt"
     export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
-    for p in 2 4; do
-      # shellcheck disable=SC2086
-      timeout 150 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/bench_out.py --sizes ${HOST_SIZES:-32 128 256} \
-        --methods ${HOST_METHODS:-auto push-messages hybrid} --reps 9 2>&1 | tee "$OUT/bench_out_p$p.txt" | tail -13
+    for b in ${HOST_BETWEEN:-nothing}; do  # none: no bench_out
+      [ "$b" = none ] && continue
+      for p in 2 4; do
+        # shellcheck disable=SC2086
+        timeout 150 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/bench_out.py --sizes ${HOST_SIZES:-32 128 256} \
+          --methods ${HOST_METHODS:-auto push-messages hybrid} --reps 9 --between $b 2>&1 | tee "$OUT/bench_out_p${p}_$b.txt" | tail -13
+      done
     done
+    if [ -n "${HOST_PROBE:-}" ]; then
+      timeout 100 mpiexec --allow-run-as-root --bind-to core -n 2 python3 perf/probe_hot_destination.py \
+        2>&1 | tee "$OUT/probe_hot_destination.txt"
+      for p in 2 4; do
+        timeout 60 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/probe_cold_call.py 8 2>&1 | tee "$OUT/probe_cold_call_p$p.txt"
+      done
+    fi
     # without gfortran here: carry scratch/d2d-bin, made with D2D_BUILD_ONLY=scratch/d2d-bin D2D_ARCH= (bench_2decomp.sh)
     command -v gfortran > /dev/null || [ ! -d scratch/d2d-bin ] || export D2D_BIN=scratch/d2d-bin
     if [ "${D2D_GRIDS:-}" != none ] && command -v mpicc > /dev/null && [ -d scratch/2decomp-src ] \
        && { [ -n "${D2D_BIN:-}" ] || command -v gfortran; }; then
       btl=self,vader; mpiexec --version 2>&1 | grep -q "Open MPI.* 5\." && btl=self,sm  # renamed in Open MPI 5
-      MPIFC=mpif90 MPICC=mpicc MPIEXEC="mpiexec --allow-run-as-root --bind-to core" OMPI_MCA_btl=$btl \
-        timeout ${D2D_TIMEOUT:-400} bash perf/bench_2decomp.sh scratch/2decomp-src "$OUT/d2d" 20 \
-        "${D2D_GRIDS:-4:2:2 4:1:4 2:1:2 2:2:1}" "${D2D_SIZES:-64 128 256}" > "$OUT/d2d.log" 2>&1
-      tail -5 "$OUT/d2d.log"
+      for b in ${D2D_BETWEEN:-poison}; do  # what both drivers do before each timed call (bench_2decomp.f90)
+        BENCH_BETWEEN=$b MPIFC=mpif90 MPICC=mpicc MPIEXEC="mpiexec --allow-run-as-root --bind-to core" OMPI_MCA_btl=$btl \
+          timeout ${D2D_TIMEOUT:-400} bash perf/bench_2decomp.sh scratch/2decomp-src "$OUT/d2d_$b" 20 \
+          "${D2D_GRIDS:-4:2:2 4:1:4 2:1:2 2:2:1}" "${D2D_SIZES:-64 128 256}" > "$OUT/d2d_$b.log" 2>&1
+        tail -5 "$OUT/d2d_$b.log"
+      done
     fi ;;
   *) echo "unknown step $s" ;;
   esac

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The one host timing loop of the perf/ scripts: variants interleaved, slowest rank, medians."""
+"""The one host timing loop of the perf/ scripts (variants interleaved, slowest rank, medians), and
+the cross-memory calls the probes time."""
 
 from __future__ import annotations
 
+import ctypes
 import statistics
 import time
 from collections.abc import Callable
@@ -22,3 +24,15 @@ def interleaved_medians_ms(variants: dict[str, Callable[[], object]], comm, *, i
             t = time.perf_counter() - t0
             times[k].append(max(comm.allgather(t)))
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
+def cross_memory_calls():
+    """``(process_vm_writev, process_vm_readv)`` from libc, typed, after this process has let any
+    other process of its user copy from and into it (``PR_SET_PTRACER_ANY``, as Open MPI's CMA does)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(0x59616D61, ctypes.c_ulong(-1).value, 0, 0, 0)  # PR_SET_PTRACER, PR_SET_PTRACER_ANY
+    calls = libc.process_vm_writev, libc.process_vm_readv
+    for call in calls:
+        call.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+        call.restype = ctypes.c_ssize_t
+    return calls

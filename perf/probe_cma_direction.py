@@ -21,6 +21,7 @@ import sys
 import time
 
 import numpy as np
+from host_timing import cross_memory_calls
 from mpi4py import MPI
 
 TOTAL = 32 << 20
@@ -31,12 +32,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     if comm.size != 2:
         raise SystemExit("run it on 2 ranks")
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(0x59616D61, ctypes.c_ulong(-1).value, 0, 0, 0)  # PR_SET_PTRACER, PR_SET_PTRACER_ANY
-    writev, readv = libc.process_vm_writev, libc.process_vm_readv
-    for call in (writev, readv):
-        call.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-        call.restype = ctypes.c_ssize_t
+    writev, readv = cross_memory_calls()
 
     def timed(fn) -> float:
         times = []

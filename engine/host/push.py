@@ -115,6 +115,9 @@ LANDING_MAX = 1 << 20
 #: (MPICH's measured 1.0-1.2x faster); True wherever the kernel allows it; False never
 DIRECT: bool | None = None
 DIRECT_MIN_RUN = 256
+#: who makes a direct copy, decided per pair when an object is planned: None (the default) by the
+#: stretch rule of _who_copies, True every receiver reads, False every sender stores
+DIRECT_READ: bool | None = None
 _names = itertools.count()
 
 
@@ -770,6 +773,8 @@ def _who_copies(runs: Sequence[tuple[np.ndarray, ...]]) -> tuple[bool, list[bool
     side should be the one with fewer iovecs)."""
     sides = [(_stretches(f, src, n), _stretches(f, dst, n)) for f, src, dst, n in runs]
     fit = all(int(r[3].sum()) >= DIRECT_MIN_RUN * max(side) for r, side in zip(runs, sides))
+    if DIRECT_READ is not None:
+        return fit, [DIRECT_READ] * len(sides)
     return fit, [theirs > mine for mine, theirs in sides]
 
 

@@ -7,6 +7,7 @@ lists are checked against the runs they came from; the copies themselves run in 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,3 +89,17 @@ def test_the_receiver_reads_where_the_destination_has_more_stretches():
     dense, gaps = np.arange(4, dtype=np.uint64) * 8, np.arange(4, dtype=np.uint64) * 16
     fit, read = push._who_copies([(fields, gaps, dense, runs), (fields, dense, gaps, runs), (fields, dense, dense, runs)])
     assert read == [False, True, False]  # short in the operand: store; short in the destination: read; even: store
+
+
+@pytest.mark.parametrize("forced", [True, False])
+def test_direct_read_overrides_the_rule(monkeypatch, forced):
+    """``DIRECT_READ`` (the benchmarks' knob) makes every pair read, or every pair store, whatever the
+    stretches; whether direct copies are worth it is still the stretch rule's call."""
+    monkeypatch.setattr(push, "DIRECT_READ", forced)
+    monkeypatch.setattr(push, "DIRECT_MIN_RUN", 8)
+    fields, runs = np.zeros(4, np.intp), np.full(4, 8, np.uint64)
+    dense, gaps = np.arange(4, dtype=np.uint64) * 8, np.arange(4, dtype=np.uint64) * 16
+    fit, read = push._who_copies([(fields, gaps, dense, runs), (fields, dense, gaps, runs), (fields, dense, dense, runs)])
+    assert fit and read == [forced] * 3
+    monkeypatch.setattr(push, "DIRECT_MIN_RUN", 64)
+    assert not push._who_copies([(fields, gaps, dense, runs)])[0]
