@@ -17,8 +17,9 @@
 ! and minimum over ITERS iterations after 3 warm-up ones. Element value = global column-major index
 ! g (0-based), complex (g, -g - 0.5). One untimed pass into destinations poisoned with -1 checks
 ! that every transpose writes every element; every timed iteration's result is checked too. Before
-! each library's timed call, untimed, the same for both: its destination is poisoned with -1, and
-! with BENCH_BETWEEN=evict (environment) each rank then writes 32 MiB of its own. Rank 0
+! each library's timed call, untimed, the same for both (BENCH_BETWEEN, environment): its destination
+! is poisoned with -1 (unset or "poison"), then each rank writes BENCH_EVICT_MIB (default 32) MiB of
+! its own ("evict"), or nothing is done ("nothing"). Rank 0
 ! prints one line per case and library:
 !   2DECOMP&FFT <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
 !   redist-f90 <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
@@ -44,7 +45,8 @@ program bench_2decomp
    logical :: good(4), rgood(4)
    type(redist_t) :: handles(4)
    character(len=16) :: between
-   logical :: evict
+   logical :: evict, poisoning
+   integer :: evict_mib
    integer(1), allocatable :: junk(:)
 
    call MPI_Init(ierr)
@@ -58,12 +60,16 @@ program bench_2decomp
    call get_command_argument(3, arg); read (arg, *) pcol
    call get_command_argument(4, arg); read (arg, *) iters
    call get_environment_variable('BENCH_BETWEEN', between)
-   if (between /= 'poison' .and. between /= 'evict' .and. between /= '') then
-      if (rank == 0) write (*, '(a)') 'BENCH_BETWEEN must be poison or evict, not '//trim(between)
+   if (between /= 'poison' .and. between /= 'evict' .and. between /= 'nothing' .and. between /= '') then
+      if (rank == 0) write (*, '(a)') 'BENCH_BETWEEN must be poison, evict or nothing, not '//trim(between)
       call MPI_Abort(MPI_COMM_WORLD, 2, ierr)
    end if
    evict = between == 'evict'
-   if (evict) allocate (junk(32*1024*1024))
+   poisoning = between /= 'nothing'
+   call get_environment_variable('BENCH_EVICT_MIB', arg, status=k)
+   evict_mib = 32
+   if (k == 0) read (arg, *) evict_mib
+   if (evict) allocate (junk(evict_mib*1024*1024))
    decomp_log = D2D_LOG_QUIET
    call decomp_2d_init(n, n, n, prow, pcol, complex_pool=.true.)  ! work buffers for complex(8) too
    call need(redist_initialize(int(MPI_COMM_WORLD, c_int32_t), REDIST_DEVICE_NONE), 'redist_initialize')
@@ -285,12 +291,16 @@ contains
 
    ! what each rank does, untimed, before either library's transpose c (BENCH_BETWEEN): poison its
    ! destination with -1 (the default: then its owner's cache holds it, dirty, as after a solver's
-   ! in-place work on it) and, with "evict", then write 32 MiB of a buffer of its own (no cache holds
-   ! the exchange's data, as after other work)
+   ! in-place work on it) and, with "evict", then write BENCH_EVICT_MIB (default 32) MiB of a buffer
+   ! of its own (its private caches hold none of the exchange's data, as after other work); with
+   ! "nothing", nothing (a tight loop: each library's last check has just read its destination)
    subroutine before(c, it)
       integer, intent(in) :: c, it
-      call poison(c)
-      if (evict) junk = int(mod(it + 100, 127), 1)
+      if (poisoning) call poison(c)
+      if (evict) then
+         junk = int(mod(it + 100, 127), 1)
+         if (junk(size(junk)) == -1) write (*, '(a)') ''  ! the stores are used: never removed
+      end if
    end subroutine before
 
    ! one timed transpose c of iteration it (2DECOMP&FFT's, or redist's), recorded and checked

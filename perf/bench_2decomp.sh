@@ -16,6 +16,9 @@
 # MPI wrappers and launcher: Debian's Open MPI names unless MPIFC, MPICC, MPIEXEC say otherwise (the
 # GPU machines' image: MPIFC=mpif90 MPICC=mpicc MPIEXEC="mpiexec --oversubscribe").
 #
+# BENCH_BETWEEN (poison, evict or nothing; default poison) and BENCH_EVICT_MIB: what both drivers do,
+# untimed, before every timed call of either library (perf/bench_2decomp.f90).
+#
 # D2D_BUILD_ONLY=DIR builds 2DECOMP&FFT and the Fortran driver into DIR (with its libgfortran) and stops;
 # D2D_BIN=DIR then times them on a machine without gfortran (the same MPI's ABI; redist's library is
 # built there). D2D_ARCH replaces -march=native (e.g. D2D_ARCH= for a binary that runs elsewhere).
@@ -30,6 +33,8 @@ export PATH=/usr/bin:$PATH OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader} OMPI_MCA_rma
 fc=${MPIFC:-mpif90.openmpi} cc=${MPICC:-mpicc.openmpi}
 read -r -a launch <<< "${MPIEXEC:-mpiexec.openmpi}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # containers run as root
+# what both drivers do, untimed, before every timed call of either library (bench_2decomp.f90)
+export BENCH_BETWEEN=${BENCH_BETWEEN:-poison}
 mkdir -p "$out"
 out=$(realpath "$out")
 tmp=$(mktemp -d)

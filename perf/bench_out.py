@@ -19,11 +19,12 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
 messages whatever the size (``LANDING_MAX`` 0 and ``DIRECT`` off while it is planned), and
 ``push-direct``: stored straight into ``out=`` by the peers whatever the size and MPI
 (``LANDING_MAX`` 0, ``DIRECT`` on; where the kernel allows it).
-``--between`` says what each rank does, untimed, before every call: ``nothing`` (the default: a tight
-loop of exchanges, caches warm), ``poison`` (write -1 into the call's destination: it is dirty in
-its owner's cache, as after a solver's in-place work on it), ``evict`` (write 32 MiB of a buffer of
-its own: no cache holds the exchange's data); then each call is timed alone between a barrier and
-the clock, and a timing sums them. Every variant is checked against the expected result first. A repetition times every variant
+``--between`` says how each call starts: ``loop`` (the default: calls back to back, one timing
+for the whole run of them, caches warm), or each call timed alone between a barrier and the clock
+(the slowest rank's time per call, summed) after what each rank does untimed before it:
+``nothing``, ``poison`` (write -1 into the call's destination: it is dirty in its owner's cache, as
+after a solver's in-place work on it) or ``evict`` (poison, then write 32 MiB of a buffer of its
+own: its private caches hold none of the exchange's data). Every variant is checked against the expected result first. A repetition times every variant
 once, interleaved (calls per timing chosen so that one timing lasts >= 20 ms; barrier before,
 the slowest rank counts); the table gives the median over ``--reps`` repetitions in ms per call
 and ``out=/result``. Run it with another checkout on ``PYTHONPATH`` to compare versions.
@@ -65,21 +66,23 @@ def plan_with(r, method: str) -> None:
 
 
 def timed(fn, comm, calls: int, before=None) -> float:
-    """Seconds per call of the slowest rank; with ``before``, run untimed before each call."""
+    """Seconds per call of the slowest rank. Without ``before``, ``calls`` calls back to back; with it,
+    each call alone after ``before()`` and a barrier, its slowest rank's time taken per call."""
     if before is None:
         comm.Barrier()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         return max(comm.allgather((time.perf_counter() - t0) / calls))
-    total = 0.0
-    for _ in range(calls):
+    each = np.empty(calls)
+    for i in range(calls):
         before()
         comm.Barrier()
         t0 = time.perf_counter()
         fn()
-        total += time.perf_counter() - t0
-    return max(comm.allgather(total / calls))
+        each[i] = time.perf_counter() - t0
+    comm.Allreduce(MPI.IN_PLACE, each, op=MPI.MAX)
+    return float(each.mean())
 
 
 def main() -> None:
@@ -93,8 +96,8 @@ def main() -> None:
     )
     ap.add_argument(
         "--between",
-        choices=("nothing", "poison", "evict"),
-        default="nothing",
+        choices=("loop", "nothing", "poison", "evict"),
+        default="loop",
         help="what each rank does, untimed, before every call",
     )
     ap.add_argument("--json", default=None)
@@ -140,8 +143,9 @@ def main() -> None:
             destinations[f"{m} ({method}) out="] = lambda state=state: outs[state["i"] ^ 1]
             if args.read:
 
-                def result_read(r=r):
-                    np.copyto(read, r.execute())
+                def result_read(r=r, last=last):
+                    last["result"] = r.execute()
+                    np.copyto(read, last["result"])
 
                 def out_read(r=r, state=state):
                     state["i"] ^= 1
@@ -149,15 +153,23 @@ def main() -> None:
 
                 variants[f"{m} ({method}) result, read"] = result_read
                 variants[f"{m} ({method}) out=, read"] = out_read
+                destinations[f"{m} ({method}) result, read"] = destinations[f"{m} ({method}) result"]
+                destinations[f"{m} ({method}) out=, read"] = destinations[f"{m} ({method}) out="]
         variants["copy"] = lambda: np.copyto(scratch, want)
         destinations["copy"] = lambda: scratch
 
         def before_of(k):
-            if args.between == "nothing":
+            if args.between == "loop":
                 return None
-            if args.between == "evict":
-                return lambda: junk.fill(7)
-            return lambda: destinations[k]().fill(-1) if k in destinations else None
+            if args.between == "nothing":
+                return lambda: None
+
+            def before(k=k):
+                destinations[k]().fill(-1)
+                if junk is not None:
+                    junk.fill(7)
+
+            return before
 
         calls = {}
         for k, fn in variants.items():  # calls per timing: >= 20 ms

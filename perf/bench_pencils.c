@@ -18,10 +18,11 @@
  * measured separately (the peer library is not part of redist); its rows for this N and grid are
  * printed beside redist's, with the ratios.
  *
- * BENCH_BETWEEN (environment) says what each rank does, untimed, before every timed call: unset or
- * "nothing" (a tight loop of transposes), "poison" (write -1 into the call's destination, as
- * perf/bench_2decomp.f90 does: the destination is dirty in its owner's cache), or "evict" (write
- * 32 MiB of a buffer of its own: the caches hold none of the exchange's data, as after other work).
+ * BENCH_BETWEEN (environment) says what each rank does, untimed, before every timed call, as
+ * perf/bench_2decomp.f90 does for both libraries: unset or "poison" (write -1 into the call's
+ * destination: it is dirty in its owner's cache), "evict" (poison, then write BENCH_EVICT_MIB,
+ * default 32, MiB of a buffer of its own: its private caches hold none of the exchange's data, as
+ * after other work), or "nothing" (a tight loop of transposes, caches warm).
  */
 #include <math.h>
 #include <mpi.h>
@@ -158,7 +159,7 @@ int main(int argc, char **argv)
         printf("# redist pencil transposes from C: N=%lld, %d x %d grid (P=%d), median (min) ms of %d iterations, "
                "slowest rank; before each call: %s\n| elements | transpose | into out= | engine-owned | out= / owned | %s |\n"
                "|---|---|---|---|---|---|\n", (long long)n, prow, pcol, nranks, iters,
-               getenv("BENCH_BETWEEN") ? getenv("BENCH_BETWEEN") : "nothing", peer_file ? "peer | out= / peer" : "-");
+               getenv("BENCH_BETWEEN") ? getenv("BENCH_BETWEEN") : "poison", peer_file ? "peer | out= / peer" : "-");
     for (int cplx = 0; cplx < 2; cplx++) {
         int64_t isz = cplx ? 16 : 8;
         void *arr[3];
@@ -171,14 +172,14 @@ int main(int argc, char **argv)
                                 REDIST_MEMORY_HOST, arr[from[k]]));
             NEED(redist_plan(h[k], NULL));
         }
-        const char *between = getenv("BENCH_BETWEEN");
-        int poison = between && !strcmp(between, "poison"), evict = between && !strcmp(between, "evict");
-        if (between && !poison && !evict && strcmp(between, "nothing")) {
+        const char *between = getenv("BENCH_BETWEEN") ? getenv("BENCH_BETWEEN") : "poison";
+        int evict = !strcmp(between, "evict"), poison = evict || !strcmp(between, "poison");
+        if (!poison && strcmp(between, "nothing")) {
             if (rank == 0)
-                fprintf(stderr, "BENCH_BETWEEN must be nothing, poison or evict, not %s\n", between);
+                fprintf(stderr, "BENCH_BETWEEN must be poison, evict or nothing, not %s\n", between);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
-        size_t junk_bytes = (size_t)32 << 20;
+        size_t junk_bytes = (size_t)(getenv("BENCH_EVICT_MIB") ? atoi(getenv("BENCH_EVICT_MIB")) : 32) << 20;
         unsigned char *junk = evict ? malloc(junk_bytes) : NULL;
         double med[2][4], mn[2][4];
         for (int owned = 0; owned < 2; owned++) {

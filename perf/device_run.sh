@@ -77,7 +77,7 @@ for s in "$@"; do
     timeout 300 python3 perf/tune_copy.py ${TUNE_ARGS:-} --out "$OUT/tune_copy.md" 2>&1 | tail -20 ;;
   host)
     step "host: out= vs the engine-owned result at P=2 and 4 (bench_out), then redist vs 2DECOMP&FFT (bench_2decomp.sh)"
-    { lscpu | grep -E "^Model name|^CPU\(s\)"; mpiexec --version 2>&1 | head -1; command -v gfortran cmake mpif90 mpicc; } \
+    { lscpu | grep -E "^Model name|^CPU\(s\)|cache"; mpiexec --version 2>&1 | head -1; command -v gfortran cmake mpif90 mpicc; } \
       > "$OUT/host_env.txt" 2>&1; cat "$OUT/host_env.txt"
     export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
     for b in ${HOST_BETWEEN:-nothing}; do  # none: no bench_out
@@ -91,12 +91,17 @@ for s in "$@"; do
     if [ -n "${HOST_PROBE:-}" ]; then
       timeout 100 mpiexec --allow-run-as-root --bind-to core -n 2 python3 perf/probe_hot_destination.py \
         2>&1 | tee "$OUT/probe_hot_destination.txt"
+      python3 -m redist.cabi build --out /tmp/cabi > /dev/null
+      # shellcheck disable=SC2046
+      mpicc -O2 perf/probe_cold_cabi.c $(python3 -m redist.cabi flags --out /tmp/cabi --cflags --libs) -o /tmp/probe_cold_cabi
       for p in 2 4; do
         timeout 60 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/probe_cold_call.py 8 2>&1 | tee "$OUT/probe_cold_call_p$p.txt"
+        LD_LIBRARY_PATH=/tmp/cabi timeout 60 mpiexec --allow-run-as-root --bind-to core -n $p /tmp/probe_cold_cabi 2>&1 \
+          | tee "$OUT/probe_cold_cabi_p$p.txt"
       done
     fi
     # without gfortran here: carry scratch/d2d-bin, made with D2D_BUILD_ONLY=scratch/d2d-bin D2D_ARCH= (bench_2decomp.sh)
-    command -v gfortran > /dev/null || [ ! -d scratch/d2d-bin ] || export D2D_BIN=scratch/d2d-bin
+    command -v gfortran > /dev/null || [ -n "${D2D_BIN:-}" ] || [ ! -d scratch/d2d-bin ] || export D2D_BIN=scratch/d2d-bin
     if [ "${D2D_GRIDS:-}" != none ] && command -v mpicc > /dev/null && [ -d scratch/2decomp-src ] \
        && { [ -n "${D2D_BIN:-}" ] || command -v gfortran; }; then
       btl=self,vader; mpiexec --version 2>&1 | grep -q "Open MPI.* 5\." && btl=self,sm  # renamed in Open MPI 5

@@ -30,7 +30,9 @@ def cross_memory_calls():
     """``(process_vm_writev, process_vm_readv)`` from libc, typed, after this process has let any
     other process of its user copy from and into it (``PR_SET_PTRACER_ANY``, as Open MPI's CMA does)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(0x59616D61, ctypes.c_ulong(-1).value, 0, 0, 0)  # PR_SET_PTRACER, PR_SET_PTRACER_ANY
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    # PR_SET_PTRACER, PR_SET_PTRACER_ANY; EINVAL where Yama is off, where no consent is needed
+    libc.prctl(0x59616D61, ctypes.c_ulong(-1).value, 0, 0, 0)
     calls = libc.process_vm_writev, libc.process_vm_readv
     for call in calls:
         call.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]

@@ -15,8 +15,10 @@ between two barriers:
 * ``owned``: the sender stores into the receiver's shared result (numpy; push's engine-owned
   result, no ``out=``).
 
-``+use`` adds the owner's first pass over its destination after the exchange (a sum: what the
-next step of the user's loop does first). Medians of 40 after 5, the slowest rank, microseconds.
+Per route two columns: ``bare``, and ``+use``, which adds the owner's first pass over its
+destination after the exchange (a sum: what the next step of the user's loop does first). The
+destination of ``owned`` is the rank's shared result, written (poisoned) by its owner like the
+others. Medians of 40 after 5, the slowest rank, microseconds.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def main() -> None:
     sizes = [int(a) for a in sys.argv[1:]] or [64, 256, 512, 1024, 2048, 8192]
     if comm.rank == 0:
         print("KiB  " + "  ".join(f"{m:>14}" for m in ("writev", "readv", "landing", "owned")), flush=True)
+        print("     " + "  ".join(f"{'bare':>6} {'+use':>7}" for _ in range(4)), flush=True)
     for kib in sizes:
         nbytes = kib << 10
         src = np.zeros(nbytes // 8)
@@ -67,10 +70,12 @@ def main() -> None:
         remote_src = (ctypes.c_uint64 * 2)(peer_src, nbytes)
 
         def do_writev() -> None:
-            assert writev(pid, local_src, 1, remote_dst, 1, 0) == nbytes
+            if writev(pid, local_src, 1, remote_dst, 1, 0) != nbytes:
+                raise OSError(ctypes.get_errno(), "process_vm_writev")
 
         def do_readv() -> None:
-            assert readv(pid, local_dst, 1, remote_src, 1, 0) == nbytes
+            if readv(pid, local_dst, 1, remote_src, 1, 0) != nbytes:
+                raise OSError(ctypes.get_errno(), "process_vm_readv")
 
         def do_landing() -> None:
             np.copyto(their_slot, src)
@@ -80,18 +85,20 @@ def main() -> None:
         def do_owned() -> None:
             np.copyto(their_result, src)
 
+        my_result = mine[: nbytes // 8]
         row = []
         for fn in (do_writev, do_readv, do_landing, do_owned):
+            into = my_result if fn is do_owned else dst  # where this rank's data arrives
             bare, used = [], []
             for rep in range(45):
                 src[:] = rep  # the user's compute writes its operand
-                dst[:] = -1.0  # and its destination
+                into[:] = -1.0  # and its destination
                 comm.Barrier()
                 t0 = time.perf_counter()
                 fn()
                 comm.Barrier()
                 t1 = time.perf_counter()
-                dst.sum()
+                into.sum()
                 t2 = time.perf_counter()
                 bare.append(t1 - t0)
                 used.append(t2 - t0)

@@ -783,7 +783,8 @@ def _direct_setup(exe: PushExecutable) -> bool:
     kernel allows it, every exchange's stretches are long enough)? Decides per send who copies: the
     sender stores (``process_vm_writev``), or the receiver reads from the operand (``process_vm_readv``)
     where the sender's side has fewer stretches (the kernel pins the remote side's pages per iovec:
-    the side with the long stretches should be the remote one). The receiver gets the runs of the
+    the side with the long stretches should be the remote one), unless :data:`DIRECT_READ` forces
+    the direction. The receiver gets the runs of the
     sends it reads. Tried with one word per pair, each way it will copy; decided from what every rank
     found. Builds ``exe._writes`` and ``exe._reads`` when so."""
     plan, comm = exe._fields[0], exe.comm

@@ -15,8 +15,14 @@ _knobs = os.environ.get("REDIST_BENCH_PUSH", "").split()
 if _knobs:
     from redist.engine.host import push
 
-    for _knob in _knobs:
-        _name, _value = _knob.split("=", 1)
-        if not hasattr(push, _name):
-            raise SystemExit(f"REDIST_BENCH_PUSH: redist.engine.host.push has no {_name}")
-        setattr(push, _name, ast.literal_eval(_value))
+    _settings = {}
+    for _knob in _knobs:  # every entry checked before any is set; any error ends the interpreter
+        _name, _sep, _value = _knob.partition("=")
+        if not _sep or not hasattr(push, _name):
+            raise SystemExit(f"REDIST_BENCH_PUSH: {_knob!r} is not NAME=VALUE for a variable of redist.engine.host.push")
+        try:
+            _settings[_name] = ast.literal_eval(_value)
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"REDIST_BENCH_PUSH: {_knob!r}: the value is not a Python literal") from None
+    for _name, _value in _settings.items():
+        setattr(push, _name, _value)
