@@ -21,10 +21,12 @@ messages whatever the size (``LANDING_MAX`` 0 and ``DIRECT`` off while it is pla
 (``LANDING_MAX`` 0, ``DIRECT`` on; where the kernel allows it).
 ``--between`` says how each call starts: ``loop`` (the default: calls back to back, one timing
 for the whole run of them, caches warm), or each call timed alone between a barrier and the clock
-(the slowest rank's time per call, summed) after what each rank does untimed before it:
+(the mean of the slowest rank's time per call) after what each rank does untimed before it:
 ``nothing``, ``poison`` (write -1 into the call's destination: it is dirty in its owner's cache, as
 after a solver's in-place work on it) or ``evict`` (poison, then write 32 MiB of a buffer of its
-own: its private caches hold none of the exchange's data). Every variant is checked against the expected result first. A repetition times every variant
+own: its private caches hold none of the exchange's data).
+
+Every variant is checked against the expected result first. A repetition times every variant
 once, interleaved (calls per timing chosen so that one timing lasts >= 20 ms; barrier before,
 the slowest rank counts); the table gives the median over ``--reps`` repetitions in ms per call
 and ``out=/result``. Run it with another checkout on ``PYTHONPATH`` to compare versions.

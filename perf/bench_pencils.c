@@ -154,12 +154,21 @@ int main(int argc, char **argv)
     for (int p = 0; p < 3; p++)
         pencil(p, row, col, prow, pcol, lo[p], hi[p]);
     const int from[4] = {0, 1, 2, 1}, to[4] = {1, 2, 1, 0};
+    const char *between = getenv("BENCH_BETWEEN") ? getenv("BENCH_BETWEEN") : "poison";
+    int evict = !strcmp(between, "evict"), poison = evict || !strcmp(between, "poison");
+    if (!poison && strcmp(between, "nothing")) {
+        if (rank == 0)
+            fprintf(stderr, "BENCH_BETWEEN must be poison, evict or nothing, not %s\n", between);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    size_t junk_bytes = (size_t)(getenv("BENCH_EVICT_MIB") ? atoi(getenv("BENCH_EVICT_MIB")) : 32) << 20;
+    unsigned char *junk = evict ? malloc(junk_bytes) : NULL;
     double *t = malloc(sizeof(double) * iters);
     if (rank == 0)
         printf("# redist pencil transposes from C: N=%lld, %d x %d grid (P=%d), median (min) ms of %d iterations, "
                "slowest rank; before each call: %s\n| elements | transpose | into out= | engine-owned | out= / owned | %s |\n"
                "|---|---|---|---|---|---|\n", (long long)n, prow, pcol, nranks, iters,
-               getenv("BENCH_BETWEEN") ? getenv("BENCH_BETWEEN") : "poison", peer_file ? "peer | out= / peer" : "-");
+               between, peer_file ? "peer | out= / peer" : "-");
     for (int cplx = 0; cplx < 2; cplx++) {
         int64_t isz = cplx ? 16 : 8;
         void *arr[3];
@@ -172,15 +181,6 @@ int main(int argc, char **argv)
                                 REDIST_MEMORY_HOST, arr[from[k]]));
             NEED(redist_plan(h[k], NULL));
         }
-        const char *between = getenv("BENCH_BETWEEN") ? getenv("BENCH_BETWEEN") : "poison";
-        int evict = !strcmp(between, "evict"), poison = evict || !strcmp(between, "poison");
-        if (!poison && strcmp(between, "nothing")) {
-            if (rank == 0)
-                fprintf(stderr, "BENCH_BETWEEN must be poison, evict or nothing, not %s\n", between);
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-        size_t junk_bytes = (size_t)(getenv("BENCH_EVICT_MIB") ? atoi(getenv("BENCH_EVICT_MIB")) : 32) << 20;
-        unsigned char *junk = evict ? malloc(junk_bytes) : NULL;
         double med[2][4], mn[2][4];
         for (int owned = 0; owned < 2; owned++) {
             double *times = malloc(sizeof(double) * 4 * iters);
@@ -223,7 +223,6 @@ int main(int argc, char **argv)
             }
             free(times);
         }
-        free(junk);
         for (int k = 0; k < 4 && rank == 0; k++) {
             char lib[64] = "";
             double pm = peer(peer_file, cplx ? "complex8" : "real8", prow, pcol, NAMES[k], lib);
@@ -240,6 +239,7 @@ int main(int argc, char **argv)
             free(arr[p]);
     }
     free(t);
+    free(junk);
     NEED(redist_finalize());
     MPI_Finalize();
     return 0;

@@ -80,7 +80,7 @@ for s in "$@"; do
     { lscpu | grep -E "^Model name|^CPU\(s\)|cache"; mpiexec --version 2>&1 | head -1; command -v gfortran cmake mpif90 mpicc; } \
       > "$OUT/host_env.txt" 2>&1; cat "$OUT/host_env.txt"
     export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
-    for b in ${HOST_BETWEEN:-nothing}; do  # none: no bench_out
+    for b in ${HOST_BETWEEN:-loop}; do  # bench_out.py --between; none: no bench_out
       [ "$b" = none ] && continue
       for p in 2 4; do
         # shellcheck disable=SC2086
