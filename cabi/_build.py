@@ -62,6 +62,10 @@ extern "Python" int32_t _redist_py_free(intptr_t);
 extern "Python" int32_t _redist_py_graph(intptr_t, uintptr_t, uintptr_t *);
 extern "Python" int32_t _redist_py_update_graph_exec(intptr_t, uintptr_t, uintptr_t, int32_t *);
 extern "Python" int32_t _redist_py_release_captured(intptr_t);
+extern "Python" int32_t _redist_py_resume(intptr_t, int32_t, const int32_t *, int32_t, const uintptr_t *,
+                                          const uintptr_t *, const uintptr_t *);
+int _redist_set_replay(intptr_t, int32_t, int32_t, const uintptr_t *, const uintptr_t *, const int64_t *, int64_t);
+void _redist_drop_replay(intptr_t);
 void _redist_set_last_error(const char *);
 void _redist_set_init_error(const char *);
 int _redist_started_python(void);

@@ -419,6 +419,8 @@ def _execute(hid, stream, out, strides, result_p):
         st = tuple(int(v) for v in _ffi.unpack(strides, len(h.out_shape)))
         res = h.r.execute(stream=stream or None, out=h.out(out, st))
     result_p[0] = res.ptr
+    if not stream and not strides:
+        _offer_replay(hid, h, (out,), (res.ptr,))
     return 0
 
 
@@ -440,6 +442,44 @@ def _execute_fields(hid, stream, outs, strides, results_p):
     if results_p:
         for f, a in enumerate(res):
             results_p[f] = a.ptr
+        if not stream and not strides:
+            _offer_replay(hid, h, _ffi.unpack(outs, n) if outs else (0,) * n, tuple(a.ptr for a in res))
+    return 0
+
+
+def _offer_replay(hid, h, outs, results) -> None:
+    """Hand the C side the compiled replay of the call just made, where there is one (redist_replay.c:
+    the next call of this handle with the same ``outs`` runs without Python). Local; never raises:
+    the call itself has succeeded on every rank."""
+    try:
+        words = h.r._replay(lambda: _lib._redist_drop_replay(hid))
+        if words is not None:
+            _lib._redist_set_replay(hid, int(bool(h.nfields)), len(outs), list(outs), list(results),
+                                    _ffi.from_buffer("int64_t[]", words), len(words))
+    except Exception:  # noqa: BLE001 -- without a replay the next call goes through Python
+        h.r._logger.warning("redist C ABI: no compiled replay for handle %d:\n%s", hid, traceback.format_exc())
+
+
+def _resume(hid, code, heard, n, operands, outs, results):
+    """A replayed call whose status round heard another code from a peer (this rank said ``code``):
+    Python binds the replay's operands and outs and finishes the call. Errors as the execute
+    function called reports them."""
+    h = _handles.get(hid)
+    try:
+        if h is None:
+            raise E.InternalError(f"the replayed redist_t handle {hid} is gone")
+        nfields = h.nfields or 1
+        ops = _ffi.unpack(operands, nfields)
+        ptrs = _ffi.unpack(outs, nfields)
+        if h.nfields:
+            h.r.reset_operand_unchecked(tuple(h.operand(p, f) for f, p in enumerate(ops)))
+            out = tuple(h.out(p, None, f) if p else None for f, p in enumerate(ptrs))
+        else:
+            h.r.reset_operand_unchecked(h.operand(ops[0]))
+            out = h.out(ptrs[0]) if ptrs[0] else None
+        h.r._resume(code, [heard[i] for i in range(n)], out)
+    except BaseException as exc:  # noqa: BLE001 -- C callers get a status, never an exception
+        return _fail(exc, "redist_execute_fields" if h is not None and h.nfields else "redist_execute")
     return 0
 
 
@@ -548,6 +588,7 @@ _BODIES = {
     "_redist_py_update_graph_exec": _update_graph_exec,
     "_redist_py_release_captured": _release_captured,
 }
+_OWN_BARRIER = {"_redist_py_resume": _resume}  # it names the execute function called
 
 
 def install(ffi, lib) -> None:
@@ -572,3 +613,5 @@ def install(ffi, lib) -> None:
     for name, body in _BODIES.items():
         where = "redist_" + name[len("_redist_py_"):]
         ffi.def_extern(name=name, error=7, onerror=_onerror)(_barrier(body, where))
+    for name, body in _OWN_BARRIER.items():
+        ffi.def_extern(name=name, error=7, onerror=_onerror)(body)

@@ -57,6 +57,9 @@ static int _redist_started_python(void)
 
 /* --- the Python side (extern "Python" in the cdef; bodies in _entry.py) ----------------- */
 
+static int32_t _redist_py_resume(intptr_t, int32_t, const int32_t *, int32_t, const uintptr_t *, const uintptr_t *,
+                                 const uintptr_t *);
+
 static int32_t _redist_py_initialize(int32_t, int32_t);
 static int32_t _redist_py_finalize(void);
 static int32_t _redist_py_comm_rank(int32_t *, int32_t *);
@@ -86,6 +89,63 @@ static int32_t _redist_py_free(intptr_t);
 static int32_t _redist_py_graph(intptr_t, uintptr_t, uintptr_t *);
 static int32_t _redist_py_update_graph_exec(intptr_t, uintptr_t, uintptr_t, int32_t *);
 static int32_t _redist_py_release_captured(intptr_t);
+
+/* --- compiled replays (redist_replay.c) --------------------------------------------------- */
+
+#include "redist_replay.c"
+
+/* Python learns the operands that redist_reset_operand(s)_unchecked bound without it, before a
+   Python call of the handle. */
+static redist_status_t redist_sync_binding(redist_t handle)
+{
+    int32_t fields = 0, st;
+    uintptr_t *ops = NULL;
+    int ahead = redist_rebound((intptr_t)handle, &ops, &fields);
+    if (ahead == 0)
+        return REDIST_SUCCESS;
+    if (ahead < 0) {
+        _redist_set_last_error("redist: out of memory");
+        return REDIST_ERROR_INTERNAL;
+    }
+    st = fields ? _redist_py_reset_operands_unchecked((intptr_t)handle, ops)
+                : _redist_py_reset_operand_unchecked((intptr_t)handle, ops[0]);
+    if (st == REDIST_SUCCESS)
+        redist_python_bound((intptr_t)handle, ops);
+    else
+        _redist_drop_replay((intptr_t)handle);
+    free(ops);
+    return (redist_status_t)st;
+}
+
+/* Before any other Python call of a handle: Python learns its operands, and its replays go (the call
+   may rebind, re-plan or free). */
+#define REDIST_LEAVE_REPLAYS(handle)                                                            \
+    do {                                                                                        \
+        redist_status_t synced_ = redist_sync_binding(handle);                                  \
+        _redist_drop_replay((intptr_t)(handle));                                                \
+        if (synced_ != REDIST_SUCCESS)                                                          \
+            return synced_;                                                                     \
+    } while (0)
+
+/* Run `rp` (taken from `handle`'s replays; its results into `results` [nfields] on success) and give
+   it back. Where a peer said something else, Python finishes the call, bound as the replay was. */
+static redist_status_t redist_replay_call(redist_t handle, redist_replay_t *rp, uintptr_t *results)
+{
+    int st = redist_replay_run(rp);
+    if (st == REDIST_REPLAY_RESUME) {
+        st = _redist_py_resume((intptr_t)handle, rp->code, rp->heard, rp->nothers, rp->operands, rp->outs,
+                               rp->results);
+        redist_python_bound((intptr_t)handle, rp->operands); /* bound there first, whatever followed */
+    } else if (st != REDIST_SUCCESS) { /* MPI failed: nothing of this handle is replayed again */
+        redist_replay_delete(rp);
+        _redist_drop_replay((intptr_t)handle);
+        return (redist_status_t)st;
+    }
+    if (st == REDIST_SUCCESS)
+        memcpy(results, rp->results, sizeof(uintptr_t) * (size_t)rp->nfields);
+    redist_replay_return((intptr_t)handle, rp);
+    return (redist_status_t)st;
+}
 
 /* --- start-up ----------------------------------------------------------------------------- */
 
@@ -224,12 +284,14 @@ static int redist_start_python_slow(void)
 CFFI_DLLEXPORT redist_status_t redist_initialize(int32_t fortran_comm, int32_t device_id)
 {
     REDIST_ENSURE_PYTHON();
+    redist_drop_all_replays();
     return (redist_status_t)_redist_py_initialize(fortran_comm, device_id);
 }
 
 CFFI_DLLEXPORT redist_status_t redist_finalize(void)
 {
     REDIST_ENSURE_PYTHON();
+    redist_drop_all_replays();
     return (redist_status_t)_redist_py_finalize();
 }
 
@@ -297,6 +359,7 @@ CFFI_DLLEXPORT redist_status_t redist_create_fields(redist_t *handle, int32_t nf
 CFFI_DLLEXPORT redist_status_t redist_plan(redist_t handle, void *stream)
 {
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     return (redist_status_t)_redist_py_plan((intptr_t)handle, (uintptr_t)stream);
 }
 
@@ -308,10 +371,15 @@ CFFI_DLLEXPORT redist_status_t redist_execute(redist_t handle, void *stream, voi
 CFFI_DLLEXPORT redist_status_t redist_execute_strided(redist_t handle, void *stream, void *out,
                                                       const int64_t *out_strides, void **result)
 {
-    uintptr_t res = 0;
+    uintptr_t res = 0, want = (uintptr_t)out;
     int32_t st;
+    redist_replay_t *rp;
     REDIST_ENSURE_PYTHON();
-    st = _redist_py_execute((intptr_t)handle, (uintptr_t)stream, (uintptr_t)out, out_strides, &res);
+    rp = stream == NULL && out_strides == NULL ? redist_replay_take((intptr_t)handle, 0, &want) : NULL;
+    if (rp != NULL)
+        st = redist_replay_call(handle, rp, &res);
+    else if ((st = redist_sync_binding(handle)) == REDIST_SUCCESS)
+        st = _redist_py_execute((intptr_t)handle, (uintptr_t)stream, (uintptr_t)out, out_strides, &res);
     if (result != NULL)
         *result = st == REDIST_SUCCESS ? (void *)res : NULL;
     return (redist_status_t)st;
@@ -320,13 +388,24 @@ CFFI_DLLEXPORT redist_status_t redist_execute_strided(redist_t handle, void *str
 CFFI_DLLEXPORT redist_status_t redist_reset_operand(redist_t handle, void *operand)
 {
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     return (redist_status_t)_redist_py_reset_operand((intptr_t)handle, (uintptr_t)operand);
 }
 
+/* To an operand one of the handle's replays was made for: no Python (redist_rebind_lazily). */
 CFFI_DLLEXPORT redist_status_t redist_reset_operand_unchecked(redist_t handle, void *operand)
 {
+    uintptr_t op = (uintptr_t)operand;
+    int32_t st;
     REDIST_ENSURE_PYTHON();
-    return (redist_status_t)_redist_py_reset_operand_unchecked((intptr_t)handle, (uintptr_t)operand);
+    if (operand != NULL && redist_rebind_lazily((intptr_t)handle, 0, &op))
+        return REDIST_SUCCESS;
+    st = _redist_py_reset_operand_unchecked((intptr_t)handle, op);
+    if (st == REDIST_SUCCESS)
+        redist_python_bound((intptr_t)handle, &op);
+    else
+        _redist_drop_replay((intptr_t)handle);
+    return (redist_status_t)st;
 }
 
 CFFI_DLLEXPORT redist_status_t redist_execute_fields(redist_t handle, void *stream, void *const *outs, void **results)
@@ -338,7 +417,15 @@ CFFI_DLLEXPORT redist_status_t redist_execute_fields(redist_t handle, void *stre
 CFFI_DLLEXPORT redist_status_t redist_execute_fields_strided(redist_t handle, void *stream, void *const *outs,
                                                              const int64_t *out_strides, void **results)
 {
+    redist_replay_t *rp;
+    redist_status_t synced;
     REDIST_ENSURE_PYTHON();
+    rp = stream == NULL && out_strides == NULL && results != NULL
+             ? redist_replay_take((intptr_t)handle, 1, (const uintptr_t *)outs) : NULL;
+    if (rp != NULL)
+        return redist_replay_call(handle, rp, (uintptr_t *)results);
+    if ((synced = redist_sync_binding(handle)) != REDIST_SUCCESS)
+        return synced;
     return (redist_status_t)_redist_py_execute_fields((intptr_t)handle, (uintptr_t)stream, (const uintptr_t *)outs,
                                                       out_strides, (uintptr_t *)results);
 }
@@ -346,24 +433,35 @@ CFFI_DLLEXPORT redist_status_t redist_execute_fields_strided(redist_t handle, vo
 CFFI_DLLEXPORT redist_status_t redist_reset_operands(redist_t handle, void *const *operands)
 {
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     return (redist_status_t)_redist_py_reset_operands((intptr_t)handle, (const uintptr_t *)operands);
 }
 
 CFFI_DLLEXPORT redist_status_t redist_reset_operands_unchecked(redist_t handle, void *const *operands)
 {
+    int32_t st;
     REDIST_ENSURE_PYTHON();
-    return (redist_status_t)_redist_py_reset_operands_unchecked((intptr_t)handle, (const uintptr_t *)operands);
+    if (operands != NULL && redist_rebind_lazily((intptr_t)handle, 1, (const uintptr_t *)operands))
+        return REDIST_SUCCESS;
+    st = _redist_py_reset_operands_unchecked((intptr_t)handle, (const uintptr_t *)operands);
+    if (st == REDIST_SUCCESS && operands != NULL)
+        redist_python_bound((intptr_t)handle, (const uintptr_t *)operands);
+    else
+        _redist_drop_replay((intptr_t)handle);
+    return (redist_status_t)st;
 }
 
 CFFI_DLLEXPORT redist_status_t redist_reset_operand_field(redist_t handle, int32_t field, void *operand)
 {
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     return (redist_status_t)_redist_py_reset_operand_field((intptr_t)handle, field, (uintptr_t)operand);
 }
 
 CFFI_DLLEXPORT redist_status_t redist_reset_operand_field_unchecked(redist_t handle, int32_t field, void *operand)
 {
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     return (redist_status_t)_redist_py_reset_operand_field_unchecked((intptr_t)handle, field, (uintptr_t)operand);
 }
 
@@ -376,12 +474,14 @@ CFFI_DLLEXPORT redist_status_t redist_get_nfields(redist_t handle, int32_t *nfie
 CFFI_DLLEXPORT redist_status_t redist_release_operand(redist_t handle)
 {
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     return (redist_status_t)_redist_py_release_operand((intptr_t)handle);
 }
 
 CFFI_DLLEXPORT redist_status_t redist_free(redist_t handle)
 {
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     return (redist_status_t)_redist_py_free((intptr_t)handle);
 }
 
@@ -390,6 +490,7 @@ CFFI_DLLEXPORT redist_status_t redist_graph(redist_t handle, void *stream, void 
     uintptr_t g = 0;
     int32_t st;
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     st = _redist_py_graph((intptr_t)handle, (uintptr_t)stream, &g);
     if (cuda_graph != NULL)
         *cuda_graph = st == REDIST_SUCCESS ? (void *)g : NULL;
@@ -401,6 +502,7 @@ CFFI_DLLEXPORT redist_status_t redist_update_graph_exec(redist_t handle, void *c
 {
     int32_t n = 0, st;
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     st = _redist_py_update_graph_exec((intptr_t)handle, (uintptr_t)cuda_graph, (uintptr_t)cuda_graph_exec, &n);
     if (ncopies != NULL)
         *ncopies = st == REDIST_SUCCESS ? n : 0;
@@ -410,6 +512,7 @@ CFFI_DLLEXPORT redist_status_t redist_update_graph_exec(redist_t handle, void *c
 CFFI_DLLEXPORT redist_status_t redist_release_captured(redist_t handle)
 {
     REDIST_ENSURE_PYTHON();
+    REDIST_LEAVE_REPLAYS(handle);
     return (redist_status_t)_redist_py_release_captured((intptr_t)handle);
 }
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
@@ -30,6 +30,7 @@ from .errors import InvalidValueError, NotInitializedError, NotSupportedError
 from .plan import FusedPlan, Plan
 
 if TYPE_CHECKING:
+    import numpy as np
     from mpi4py import MPI
 
     from .cuda.runtime import Runtime
@@ -183,6 +184,15 @@ class Executable(Protocol):
     def release_captured(self) -> None:
         """The caller's graphs holding copies of this exchange will not be launched again (local):
         free() and release_workspace may then reclaim what the copies use. A no-op on host."""
+
+    def replay(self, forget: Callable[[], None]) -> np.ndarray | None:
+        """The next execute() of this binding as words the C ABI runs without Python (see
+        engine/host/replay.py), or None where it cannot; ``forget()`` is called when they stop
+        being valid. Local."""
+
+    def resume(self, heard: Sequence[int]) -> None:
+        """Collective: finish a replayed call whose status round heard ``heard`` (the peers' codes)
+        instead of this rank's own code (only where :meth:`replay` gave words)."""
 
     def release_input(self) -> None:
         """Drop every reference to the operand (bind_input again before the next execute)."""

@@ -23,7 +23,7 @@ from ._streams import current_stream, graph_handles, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
 from .engine.geometry import axis_order, normal_order
-from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
+from .engine.errors import InternalError, InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .engine.plan import fuse, make_plan
 from .engine.validate import RankSpec, check_boxes, check_fields, check_operands, consensus_order, raise_first
 
@@ -403,22 +403,8 @@ class Redistribute(Generic[ArrayT]):
                 self._check_not_freed("execute")
                 raise InvalidStateError("Execution cannot be performed before plan() has been called.")
             problem = ("InvalidStateError", _RELEASED_MSG)
-        if self._fields:
-            if out is None and not self._outs_bound:  # the time loop's call: every field's own result
-                target = self._result
-            else:
-                target, p = self._bind_outs(out)
-                problem = problem or p
-        elif out is None:
-            if self._outs[0] is not None:
-                exe.bind_output(None)
-                self._outs[0] = None
-            target = self._result
-        else:
-            target = out
-            p = self._bind_out(out, 0)
-            if p is not None and problem is None:
-                problem = p
+        target, p = self._bind_call(out)
+        problem = problem or p
         try:
             if self._logger.isEnabledFor(logging.DEBUG):  # per call: DEBUG (a time loop would flood INFO)
                 t0 = time.perf_counter()
@@ -432,6 +418,40 @@ class Redistribute(Generic[ArrayT]):
             self._unbind_outs()  # a refused call keeps no out= it was given (it wrote none)
             raise
         return target
+
+    def _bind_call(self, out) -> tuple[Any, collective.Problem | None]:
+        """Bind ``out`` (None: the engine-owned results) for a call: (what the call returns, this
+        rank's problem with it)."""
+        if self._fields:
+            if out is None and not self._outs_bound:  # the time loop's call: every field's own result
+                return self._result, None
+            return self._bind_outs(out)
+        if out is None:
+            if self._outs[0] is not None:
+                self._exe.bind_output(None)
+                self._outs[0] = None
+            return self._result, None
+        return out, self._bind_out(out, 0)
+
+    def _replay(self, forget) -> np.ndarray | None:
+        """The words of the C ABI's compiled replay of the call just made (redist.cabi; None: it
+        cannot be replayed), valid until ``forget()`` is called. Local."""
+        if (self._exe is None or self._state is not _State.READY or self._fresh or self._streams
+                or self._logger.isEnabledFor(logging.DEBUG)):  # a replay logs nothing
+            return None
+        return self._exe.replay(forget)
+
+    def _resume(self, code: int, heard, out) -> None:
+        """Collective: the rest of a replayed call into ``out`` (redist.cabi; the operand bound as it
+        was made) whose status round, where this rank said ``code``, heard ``heard``."""
+        try:
+            _, problem = self._bind_call(out)  # accepted when the replay was made
+            if problem is not None:
+                raise InternalError(f"a replayed call's out= is refused now: {problem[1]}")
+            self._exe.resume(code, heard)
+        except BaseException:
+            self._unbind_outs()  # as execute() does
+            raise
 
     def _unbind_outs(self) -> None:
         """Bind every field back to its engine-owned result (what a call without out= does)."""

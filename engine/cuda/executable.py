@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -569,6 +569,9 @@ class CudaExecutable:
         self._copies, self._captured, self._updates = [], {}, {}
         self._held[0] = False
         self._held = [True]
+
+    def replay(self, forget: Callable[[], None]) -> None:
+        """No compiled replay: a CUDA execute is one graph launch already."""
 
     def update_captured(self, graph: int, graph_exec: int) -> int:
         """Push the operand bound now into every copy of this exchange that execute() recorded into

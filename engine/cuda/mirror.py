@@ -10,7 +10,7 @@ executable's, so a rank with a problem copies nothing and every rank raises.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -129,6 +129,9 @@ class MirrorExecutable:
 
     def release_captured(self) -> None:
         """Nothing to release: the mirror path is never recorded into a CUDA graph."""
+
+    def replay(self, forget: Callable[[], None]) -> None:
+        """No compiled replay: the mirror path runs in Python."""
 
     # -- lifetime ----------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ all it holds when garbage-collected.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -543,6 +543,9 @@ class HostExecutable:
 
     def release_captured(self) -> None:
         """Nothing to release: host exchanges are never recorded into a CUDA graph."""
+
+    def replay(self, forget: Callable[[], None]) -> None:
+        """No compiled replay: the message methods' calls always run in Python."""
 
     # -- workspace and lifetime ------------------------------------------------------------
 

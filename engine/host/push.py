@@ -26,7 +26,8 @@ One execute, on every rank (:class:`.status.StatusRound`):
      peers store into a *landing* area behind the results in its segment (the plan's receive
      staging, a slot per source) instead, and the rank copies its slots into ``out=`` after
      the arrivals; its local part goes straight into ``out=``. Two copies of the remote part,
-     but no rendezvous: cheaper than any message while latency dominates;
+     but no rendezvous: cheaper than any message while latency dominates. Where no rank
+     receives anything (any number of ranks) this is just the local copies into ``out=``;
    * larger ones, on Open MPI (:data:`DIRECT`: there its messages into ``out=`` are the slower
      route; on MPICH they are the faster one, perf/RESULTS.md), where every pair of ranks can use
      Linux cross-memory attach (checked once, when the object is planned) and every run of the
@@ -74,7 +75,7 @@ import mmap
 import os
 import secrets
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -82,11 +83,12 @@ import numpy as np
 from .. import collective
 from .. import geometry as geo
 from ..buffer import Buffer
-from ..errors import CommunicationError, InvalidValueError, NotSupportedError
+from ..errors import CommunicationError, InternalError, InvalidValueError, NotSupportedError
 from ..plan import FusedPlan, Plan, fuse
 from ..strided import HostBuffer
 from ._datatypes import copy_views
 from ._datatypes import fused as fused_dims
+from .replay import words as replay_words
 from .executable import AUTO_METHOD, CACHE_SIZE, COMPLETE_MAX, HostExecutable, out_problem, tag_ub
 from .status import FAILED, WELL, StatusRound
 
@@ -156,8 +158,9 @@ class PushExecutable:
         # output box, which every rank knows)
         self._offsets = {r: _field_offsets(fields, r) for r in range(P)}
         # calls with an out= land behind the results (the plan's receive staging), small exchanges only:
-        # decided from data every rank has (the largest receive staging of any rank)
-        self._landing = 0 < fused.max_recv_staging_bytes <= LANDING_MAX and 1 < P <= COMPLETE_MAX
+        # decided from data every rank has (the largest receive staging of any rank). Where nothing
+        # crosses ranks (any P) nothing lands: the local part goes straight into out=
+        self._landing = fused.max_recv_staging_bytes <= LANDING_MAX and P <= COMPLETE_MAX
         self._land_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
         # without landing, a header behind the results: the out= addresses of direct calls, a probe word
         # per rank (plan-time check of the direct copies), then the operand addresses (read by peers that
@@ -194,6 +197,8 @@ class PushExecutable:
         self._landed: OrderedDict = OrderedDict()  # (operands, outs) -> (local, unpack) pairs into out= (landing)
         self._land_pairs = None
         self._inner: HostExecutable | None = None  # the messages of calls with an out= (made at the first)
+        self._replays: OrderedDict = OrderedDict()  # (code, operands, outs) -> the words of replay()
+        self._forget: Callable[[], None] | None = None  # what replay()'s holder drops its words with
         self._freed = False
         # direct copies (cross-memory attach) of calls with an out=: decided here, collectively
         self._header = (np.zeros(self.nfields, np.uint64) if self._landing else
@@ -256,7 +261,9 @@ class PushExecutable:
             self._inner.bind_output(buf, field)
 
     def _make_inner(self) -> HostExecutable:
-        """The message exchange of calls with an ``out=`` (local: lowering reserved its tags)."""
+        """The message exchange of calls with an ``out=`` (local: lowering reserved its tags). This
+        rank's status codes change with it: replays made before are forgotten."""
+        self._forget_replays()
         tag, second, data_tags = self._inner_args
         inner = HostExecutable(self.plan, self.comm, AUTO_METHOD, tag, self._logger, second, data_tags,
                                results=self.results, agreed=True)
@@ -276,8 +283,10 @@ class PushExecutable:
         self._in_owners = [None] * self.nfields
         self._in_ptrs = [0] * self.nfields
         self._bound = False
+        self._forget_replays()
         self._copies.clear()
         self._landed.clear()
+        self._replays.clear()
         self._pairs = self._land_pairs = None
         for copy in self._writes:
             if copy is not None:
@@ -369,19 +378,9 @@ class PushExecutable:
                 problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
         out = self._has_out
         direct = out and self._out_direct
-        inner = self._inner
-        stale = inner is None  # a rank without its messages builds them after the round: agreed again
-        if problem is None and (self._pairs is None or (self._landing or direct) and out and self._land_pairs is None
-                                or inner is not None and not inner.ready):
-            try:
-                if self._pairs is None:
-                    self._pairs = self._views()
-                if out and (self._landing or direct) and self._land_pairs is None:
-                    self._land_pairs = self._landed_pairs()
-                if inner is not None:
-                    problem = inner.prepare()  # the messages this binding needs if this call sends any
-            except Exception as e:  # noqa: BLE001 -- this rank's problem, agreed below
-                problem = collective.problem(e)
+        stale = self._inner is None  # a rank without its messages builds them after the round: agreed again
+        if problem is None:
+            problem = self._prepare()
         try:
             if self._complete:
                 st = self._status
@@ -412,6 +411,21 @@ class PushExecutable:
         except MPI.Exception as e:
             raise CommunicationError(f"redist host backend (push): MPI error in execute: {e}") from e
 
+    def _prepare(self) -> collective.Problem | None:
+        """Build what this binding's call uses where it is not built yet (cached per binding); this
+        rank's problem if that fails."""
+        out, inner = self._has_out, self._inner
+        try:
+            if self._pairs is None:
+                self._pairs = self._views()
+            if out and (self._landing or self._out_direct) and self._land_pairs is None:
+                self._land_pairs = self._landed_pairs()
+            if inner is not None and not inner.ready:
+                return inner.prepare()  # the messages this binding needs if this call sends any
+        except Exception as e:  # noqa: BLE001 -- this rank's problem, agreed by the caller
+            return collective.problem(e)
+        return None
+
     def _heard(self, code: int, out: bool, stale: bool, heard: list[int]) -> None:
         """The rest of a call once every status is in (``heard``: the peers' codes)."""
         st = self._status
@@ -427,6 +441,55 @@ class PushExecutable:
         else:
             self._MPI.Request.Waitall(st.sends[code])
             self._send_messages(stale or any(c in _STALES for c in heard))
+
+    def replay(self, forget: Callable[[], None]) -> np.ndarray | None:
+        """The next execute() of this binding, as words for the C ABI's compiled replay
+        (engine/host/replay.py, cabi/redist_replay.c): the status round of this rank's code and,
+        where every peer says the same, the stores of :meth:`_store` (no out=) or :meth:`_land`;
+        a peer saying anything else hands the call back to :meth:`resume`. None where the call
+        takes another route (direct copies, messages, more than COMPLETE_MAX ranks) or is not
+        ready. ``forget()`` is called when the words stop being valid (:meth:`free`). Local."""
+        out = self._has_out
+        if (self._freed or not self._bound or not self._complete or self._pairs is None
+                or out and (not self._landing or self._land_pairs is None)):
+            return None
+        stale = self._inner is None
+        code = WELL + out * _OUT + stale * _STALE
+        key = (code, tuple(self._in_ptrs), self._land_key() if out else None)
+        hit = self._replays.get(key)
+        if hit is None:
+            if out:
+                (local, after), peers = self._land_pairs, self._pairs[4]
+            else:
+                local, peers, after = self._pairs[0], self._pairs[1], ()
+            st = self._status
+            # no peer reads this rank's operand addresses: the C side may rebind them without Python
+            hit = self._replays[key] = replay_words(self._MPI, st.first[code], len(st.recvs), st.base, code,
+                                                    self._arrival_recvs, self._arrival_sends, self._finish[code],
+                                                    (peers, local, after), self._in_ptrs, self._operand_words is None)
+            while len(self._replays) > CACHE_SIZE:
+                self._replays.popitem(last=False)
+        self._replays.move_to_end(key)
+        self._forget = forget
+        return hit
+
+    def _forget_replays(self) -> None:
+        """The words replay() gave are no longer valid: their holder drops them."""
+        if self._forget is not None:
+            self._forget()
+            self._forget = None
+
+    def resume(self, code: int, heard: Sequence[int]) -> None:
+        """Collective: the rest of a replayed call (bound again as it was made) whose status round,
+        where this rank said ``code``, found a peer saying something else (``heard``: the peers'
+        codes); as :meth:`execute` goes on from there (a failed peer raises here too)."""
+        problem = self._prepare()  # built when the replay was made (the caches may have dropped it since)
+        if problem is not None:
+            raise InternalError(f"redist host backend (push): a replayed call cannot go on: {problem[1]}")
+        try:
+            self._heard(code, self._has_out, code in _STALES, list(heard))
+        except self._MPI.Exception as e:
+            raise CommunicationError(f"redist host backend (push): MPI error in execute: {e}") from e
 
     def _store(self, code: int) -> None:
         """Every rank writes into results: store into the peers', arrive, copy the local part."""
@@ -538,6 +601,8 @@ class PushExecutable:
         if self._freed:
             return
         self._freed = True
+        self._forget_replays()  # before the requests their words name go
+        self._replays.clear()
         if not self._MPI.Is_finalized():
             for r in self._arrival_recvs + self._arrival_sends:
                 r.Free()
@@ -956,7 +1021,7 @@ class _DirectMode:
 def _out_route(exe: PushExecutable) -> str:
     """How calls with an out= move their data (describe())."""
     if exe._landing:
-        return "land in shared memory, then copy"
+        return "land in shared memory, then copy" if exe._fused.max_recv_staging_bytes else "are copied straight into it"
     if exe._direct:
         return ("are copied straight into it (cross-memory attach: the peers store, or the rank reads their "
                 "operands where their side has the longer stretches) when every out= is laid out like its "

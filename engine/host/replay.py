@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Words for the C ABI's compiled replay of a host call (``cabi/redist_replay.c`` runs them).
+
+A replay is the status round of :class:`.status.StatusRound` for one code, then three phases of
+copies with the arrival requests between them (see :func:`words`). It holds raw addresses and
+MPI request handles, so it is valid only while the executable's binding and requests are: the
+executable tells its holder to forget it when they change (:meth:`.push.PushExecutable.replay`).
+Built once per binding, never per call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+__all__ = ["VERSION", "copy_words", "words"]
+
+#: cabi/redist_replay.c's REDIST_REPLAY_VERSION
+VERSION = 1
+#: cabi/redist_replay.c's REDIST_REPLAY_MAXDIM: a copy of more outer dimensions is not replayed
+MAXDIM = 32
+_calls: dict = {}  # the MPI module -> (Startall, Waitall, Error_string addresses, request width, status size, tag offset)
+
+
+def _mpi_calls(MPI) -> tuple[int, ...]:
+    """The addresses of MPI_Startall, MPI_Waitall and MPI_Error_string in the MPI library mpi4py
+    uses, the width of a request handle, the size of MPI_Status and where its tag is (found by
+    setting one)."""
+    hit = _calls.get(MPI)
+    if hit is None:
+        lib = ctypes.CDLL(MPI.__file__)  # its dependencies include libmpi: dlsym searches them
+        addresses = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
+                     for name in ("MPI_Startall", "MPI_Waitall", "MPI_Error_string")]
+        status, marker = MPI.Status(), 0x5A5A1234
+        status.Set_source(1)
+        status.Set_tag(marker)
+        status.Set_error(0)
+        size = MPI._sizeof(MPI.Status)
+        raw = ctypes.string_at(MPI._addressof(status), size)
+        offset = raw.find(marker.to_bytes(4, "little", signed=True))
+        if offset < 0 or offset % 4 or raw.count(marker.to_bytes(4, "little", signed=True)) != 1:
+            raise RuntimeError("cannot tell where MPI_Status keeps its tag")
+        hit = _calls[MPI] = (*addresses, MPI._sizeof(MPI.Request), size, offset)
+    return hit
+
+
+def _handles(MPI, requests: Sequence) -> list[int]:
+    """The requests' handles as words (a 4-byte handle as its unsigned value)."""
+    mask = (1 << (8 * MPI._sizeof(MPI.Request))) - 1
+    return [MPI._handleof(r) & mask for r in requests]
+
+
+def copy_words(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[int]:
+    """The count, then per copy ``dst, src, run, ndim, shape, dst_strides, src_strides`` (bytes) of
+    ``np.copyto(dst, src)`` over void views of ``run`` bytes per item: empty copies dropped, size-1
+    dimensions dropped, dimensions contiguous on both sides merged (into the run where innermost),
+    the outer ones ordered by the destination's strides (largest first: the stores go in order)."""
+    out, count = [], 0
+    for d, s in pairs:
+        if d.size == 0:
+            continue
+        run = d.itemsize
+        dims = sorted(((n, ds, ss) for n, ds, ss in zip(d.shape, d.strides, s.strides) if n != 1),
+                      key=lambda dim: -abs(dim[1]))
+        merged: list[list[int]] = []
+        for n, ds, ss in dims:
+            if merged and merged[-1][1] == n * ds and merged[-1][2] == n * ss:
+                merged[-1] = [merged[-1][0] * n, ds, ss]
+            else:
+                merged.append([n, ds, ss])
+        while merged and merged[-1][1] == run and merged[-1][2] == run:  # contiguous on both sides
+            run *= merged.pop()[0]
+        if len(merged) > MAXDIM:
+            raise ValueError(f"a copy of {len(merged)} dimensions (the replay takes {MAXDIM})")
+        count += 1
+        out += [d.ctypes.data, s.ctypes.data, run, len(merged), *(m[0] for m in merged), *(m[1] for m in merged),
+                *(m[2] for m in merged)]
+    return [count, *out]
+
+
+def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code: int,
+          arrival_recvs: Sequence[MPI.Prequest], arrival_sends: Sequence[MPI.Prequest],
+          finish: Sequence[MPI.Prequest], phases: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
+          operands: Sequence[int], lazy: bool) -> np.ndarray:
+    """One call with the operands at ``operands`` (per field; the replay's key with the caller's
+    out=), as cabi/redist_replay.c runs it (``lazy``: the C side may rebind the operands to those
+    of another of its replays without telling Python first):
+
+    1. ``MPI_Startall(first)`` (the ``nothers`` status receives, then this rank's sends of ``code``),
+       ``MPI_Waitall`` on the receives; unless every tag is ``tag_base + code``, the rest of the
+       call goes back to Python (with the codes heard);
+    2. start ``arrival_recvs``; the copies of ``phases[0]`` (into the peers' memory), then, if
+       there were any, start ``arrival_sends``; the copies of ``phases[1]``; ``MPI_Waitall(finish)``;
+       the copies of ``phases[2]``.
+    """
+    startall, waitall, error_string, width, status_size, tag_offset = _mpi_calls(MPI)
+    head = [VERSION, startall, waitall, error_string, width, status_size, tag_offset, tag_base, code, nothers,
+            len(first), len(arrival_recvs), len(arrival_sends), len(finish), int(lazy), *operands]
+    body = [*_handles(MPI, first), *_handles(MPI, arrival_recvs), *_handles(MPI, arrival_sends),
+            *_handles(MPI, finish)]
+    for pairs in phases:
+        body += copy_words(pairs)
+    return np.array([v - (1 << 64) if v >= 1 << 63 else v for v in head + body], np.int64)
