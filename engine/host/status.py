@@ -12,6 +12,9 @@ Persistent requests: the receives, and one send per peer per code, started toget
 ordering per (source, communicator) keeps the round apart from the data messages that follow
 it: a peer sends its data only after its own status message, which my status receive matches
 first. Up to :data:`~.executable.COMPLETE_MAX` ranks; larger jobs agree with one Allreduce.
+
+The C ABI's compiled replays (engine/host/replay.py, cabi/redist_replay.c) start and wait for the
+same persistent requests from C, and hand every round whose codes differ back to Python.
 """
 
 from __future__ import annotations
