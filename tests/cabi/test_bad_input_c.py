@@ -139,6 +139,22 @@ def test_bad_input_c(bad_input, name, nprocs):
     check(res.stdout, nprocs, *CASES[name])
 
 
+#: cases whose handle first runs good calls (BAD_INPUT_WARM): the good ranks replay theirs in C, so a
+#: rank at fault or a rank that calls differently meets a compiled replay (cabi/redist_replay.c)
+AFTER_REPLAYS = sorted(n for n in CASES if n.startswith(("execute_after", "out_", "reset_operand", "free_twice",
+                                                          "fields_reset", "fields_after", "fields_out",
+                                                          "fields_ok", "execute_fields_one", "fields_one")))
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("name", AFTER_REPLAYS)
+def test_bad_input_c_after_replays(bad_input, name, nprocs):
+    """The same outcome as :func:`test_bad_input_c` when the good ranks' calls are compiled replays."""
+    res = mpi(nprocs, bad_input, name, timeout=90, env=clean_env(BAD_INPUT_WARM="1"))
+    assert res.returncode == 0, f"rc={res.returncode} (a hang is killed at 90 s):\n{res.stdout[-4000:]}"
+    check(res.stdout, nprocs, *CASES[name])
+
+
 @pytest.mark.parametrize("name", sorted(SINGLE))
 def test_bad_input_c_single(bad_input, name):
     res = run([bad_input, name], env=clean_env())
