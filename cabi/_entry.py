@@ -35,6 +35,7 @@ _MAX_FIELDS = 1024  # a larger nfields is garbage (the arrays would be read past
 _CACHE_MAX = 16
 
 _handles: dict = {}  # id -> _Handle
+_no_replay: set = set()  # ids whose compiled replays could not be built (_offer_replay)
 _next_id = 1
 _owns_mpi = False  # redist initialized MPI (the application had not): redist_finalize finalizes it
 _mpi_finalized = False
@@ -450,14 +451,19 @@ def _execute_fields(hid, stream, outs, strides, results_p):
 def _offer_replay(hid, h, outs, results) -> None:
     """Hand the C side the compiled replay of the call just made, where there is one (redist_replay.c:
     the next call of this handle with the same ``outs`` runs without Python). Local; never raises:
-    the call itself has succeeded on every rank."""
+    the call itself has succeeded on every rank. A handle whose words cannot be built is said so
+    once and not offered again."""
+    if hid in _no_replay:
+        return
     try:
         words = h.r._replay(lambda: _lib._redist_drop_replay(hid))
         if words is not None:
             _lib._redist_set_replay(hid, int(bool(h.nfields)), len(outs), list(outs), list(results),
                                     _ffi.from_buffer("int64_t[]", words), len(words))
     except Exception:  # noqa: BLE001 -- without a replay the next call goes through Python
-        h.r._logger.warning("redist C ABI: no compiled replay for handle %d:\n%s", hid, traceback.format_exc())
+        _no_replay.add(hid)
+        h.r._logger.warning("redist C ABI: no compiled replays for handle %d (its calls run in Python):\n%s", hid,
+                            traceback.format_exc())
 
 
 def _resume(hid, code, heard, n, operands, outs, results):

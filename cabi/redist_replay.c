@@ -17,8 +17,8 @@
  *      call from what was heard (_redist_py_resume: a failed peer raises there on every rank,
  *      exactly as if the call had run in Python);
  *   2. start the arrival receives, run the copies into the peers' memory, start the arrival
- *      sends (only if there were such copies), run the local copies, wait for every request
- *      of the call, run the copies out of the landing area.
+ *      sends, run the local copies, wait for every request of the call, run the copies out of
+ *      the landing area.
  *
  * redist_reset_operand(s)_unchecked to operands one of the handle's replays was made for only
  * records them here (where no peer reads the operands' addresses, which the words say); Python
@@ -33,7 +33,9 @@
  * works with any MPI mpi4py was built against.
  *
  * The table of replays is guarded by a mutex, so handles may be used from different threads; one
- * handle is used by one thread at a time (a replay runs outside the lock).
+ * handle is used by one thread at a time (a replay runs outside the lock, and calls MPI without any
+ * lock: replays of different handles at once need MPI_THREAD_MULTIPLE, which redist_initialize asks
+ * for when it initializes MPI).
  */
 
 #define REDIST_REPLAY_VERSION 1
@@ -157,34 +159,80 @@ static redist_handle_replays_t *redist_handle_unlink(intptr_t handle)
     return hr;
 }
 
-/* Forget every replay of `handle` (if any). Called from Python too (cdef in _build.py): the engine
-   calls it when the words stop being valid (its executable freed, its codes changed). */
-static void _redist_drop_replay(intptr_t handle)
+/* Detach `hr`'s replays (the caller deletes them with redist_replays_delete); `hr` itself is unlinked
+   too (returned, for deletion) unless Python has not learnt its operands yet: then it stays, with no
+   replays, until redist_sync_binding tells Python. Under the lock. */
+static redist_handle_replays_t *redist_handle_strip(redist_handle_replays_t *hr, redist_replay_t **gone)
 {
-    redist_handle_replays_t *hr;
-    pthread_mutex_lock(&redist_replay_lock);
-    hr = redist_handle_unlink(handle);
-    pthread_mutex_unlock(&redist_replay_lock);
-    if (hr != NULL)
-        redist_handle_delete(hr);
+    *gone = hr->replays;
+    hr->replays = NULL;
+    hr->count = 0;
+    if (!redist_same(hr->python, hr->bound, hr->nfields))
+        return NULL;
+    return redist_handle_unlink(hr->handle);
 }
 
-static void redist_drop_all_replays(void)
+static void redist_replays_delete(redist_replay_t *rp)
+{
+    while (rp != NULL) {
+        redist_replay_t *next = rp->next;
+        redist_replay_delete(rp);
+        rp = next;
+    }
+}
+
+/* Forget every replay of `handle` (if any), keeping the operands Python has not learnt yet. Called from
+   Python too (cdef in _build.py): the engine calls it when the words stop being valid (its executable
+   freed, its status codes changed). */
+static void _redist_drop_replay(intptr_t handle)
+{
+    redist_handle_replays_t *hr, *gone_hr = NULL;
+    redist_replay_t *gone = NULL;
+    pthread_mutex_lock(&redist_replay_lock);
+    hr = redist_handle_find(handle);
+    if (hr != NULL)
+        gone_hr = redist_handle_strip(hr, &gone);
+    pthread_mutex_unlock(&redist_replay_lock);
+    redist_replays_delete(gone);
+    if (gone_hr != NULL)
+        redist_handle_delete(gone_hr);
+}
+
+/* Every handle's replays (redist_initialize: a second call fails, and the handles live on, so their
+   operands not yet told to Python stay); with `everything`, every record too (redist_finalize: the
+   handles are gone). */
+static void redist_drop_all_replays(int everything)
 {
     int b;
-    redist_handle_replays_t *gone = NULL;
+    redist_handle_replays_t *gone_hr = NULL;
+    redist_replay_t *gone = NULL;
     pthread_mutex_lock(&redist_replay_lock);
-    for (b = 0; b < REDIST_REPLAY_BUCKETS; b++)
-        while (redist_replays[b] != NULL) {
-            redist_handle_replays_t *hr = redist_replays[b];
-            redist_replays[b] = hr->next;
-            hr->next = gone;
-            gone = hr;
+    for (b = 0; b < REDIST_REPLAY_BUCKETS; b++) {
+        redist_handle_replays_t **at = &redist_replays[b];
+        while (*at != NULL) {
+            redist_handle_replays_t *hr = *at;
+            redist_replay_t *last = hr->replays;
+            if (last != NULL) { /* its replays join the list to delete */
+                while (last->next != NULL)
+                    last = last->next;
+                last->next = gone;
+                gone = hr->replays;
+                hr->replays = NULL;
+                hr->count = 0;
+            }
+            if (everything || redist_same(hr->python, hr->bound, hr->nfields)) {
+                *at = hr->next;
+                hr->next = gone_hr;
+                gone_hr = hr;
+            } else
+                at = &hr->next;
         }
+    }
     pthread_mutex_unlock(&redist_replay_lock);
-    while (gone != NULL) {
-        redist_handle_replays_t *hr = gone;
-        gone = hr->next;
+    redist_replays_delete(gone);
+    while (gone_hr != NULL) {
+        redist_handle_replays_t *hr = gone_hr;
+        gone_hr = hr->next;
         redist_handle_delete(hr);
     }
 }
@@ -231,15 +279,20 @@ static void redist_replay_return(intptr_t handle, redist_replay_t *rp)
         redist_replay_delete(rp);
 }
 
-/* Python has bound `operands` now (after its call succeeded). */
+/* Python has bound `operands` now (after its call succeeded; NULL: every operand NULL). */
 static void redist_python_bound(intptr_t handle, const uintptr_t *operands)
 {
     redist_handle_replays_t *hr;
+    size_t n;
     pthread_mutex_lock(&redist_replay_lock);
     hr = redist_handle_find(handle);
     if (hr != NULL) {
-        memcpy(hr->python, operands, sizeof(uintptr_t) * (size_t)hr->nfields);
-        memcpy(hr->bound, operands, sizeof(uintptr_t) * (size_t)hr->nfields);
+        n = sizeof(uintptr_t) * (size_t)hr->nfields;
+        if (operands != NULL)
+            memcpy(hr->python, operands, n);
+        else
+            memset(hr->python, 0, n);
+        memcpy(hr->bound, hr->python, n);
     }
     pthread_mutex_unlock(&redist_replay_lock);
 }
@@ -563,11 +616,9 @@ static int redist_replay_run(redist_replay_t *rp)
         return REDIST_REPLAY_RESUME;
     if (rp->narrival_recvs && (rc = rp->startall(rp->narrival_recvs, rp->arrival_recvs)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
-    if (rp->ncopies[REDIST_COPY_PEERS]) {
-        redist_copies(rp, REDIST_COPY_PEERS);
-        if (rp->narrival_sends && (rc = rp->startall(rp->narrival_sends, rp->arrival_sends)) != 0)
-            return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
-    }
+    redist_copies(rp, REDIST_COPY_PEERS);
+    if (rp->narrival_sends && (rc = rp->startall(rp->narrival_sends, rp->arrival_sends)) != 0)
+        return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
     redist_copies(rp, REDIST_COPY_LOCAL);
     if ((rc = rp->waitall(rp->nfinish, rp->finish, rp->statuses)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Waitall", rc);

@@ -137,12 +137,15 @@ static redist_status_t redist_replay_call(redist_t handle, redist_replay_t *rp, 
                                rp->results);
         redist_python_bound((intptr_t)handle, rp->operands); /* bound there first, whatever followed */
     } else if (st != REDIST_SUCCESS) { /* MPI failed: nothing of this handle is replayed again */
+        memset(results, 0, sizeof(uintptr_t) * (size_t)rp->nfields);
         redist_replay_delete(rp);
         _redist_drop_replay((intptr_t)handle);
         return (redist_status_t)st;
     }
     if (st == REDIST_SUCCESS)
         memcpy(results, rp->results, sizeof(uintptr_t) * (size_t)rp->nfields);
+    else /* as the Python side does: NULL on failure */
+        memset(results, 0, sizeof(uintptr_t) * (size_t)rp->nfields);
     redist_replay_return((intptr_t)handle, rp);
     return (redist_status_t)st;
 }
@@ -284,15 +287,18 @@ static int redist_start_python_slow(void)
 CFFI_DLLEXPORT redist_status_t redist_initialize(int32_t fortran_comm, int32_t device_id)
 {
     REDIST_ENSURE_PYTHON();
-    redist_drop_all_replays();
+    redist_drop_all_replays(0);
     return (redist_status_t)_redist_py_initialize(fortran_comm, device_id);
 }
 
 CFFI_DLLEXPORT redist_status_t redist_finalize(void)
 {
+    int32_t st;
     REDIST_ENSURE_PYTHON();
-    redist_drop_all_replays();
-    return (redist_status_t)_redist_py_finalize();
+    redist_drop_all_replays(0); /* before the requests go */
+    st = _redist_py_finalize();
+    redist_drop_all_replays(1); /* every handle is gone */
+    return (redist_status_t)st;
 }
 
 CFFI_DLLEXPORT redist_status_t redist_comm_rank(int32_t *rank, int32_t *nranks)
@@ -401,10 +407,8 @@ CFFI_DLLEXPORT redist_status_t redist_reset_operand_unchecked(redist_t handle, v
     if (operand != NULL && redist_rebind_lazily((intptr_t)handle, 0, &op))
         return REDIST_SUCCESS;
     st = _redist_py_reset_operand_unchecked((intptr_t)handle, op);
-    if (st == REDIST_SUCCESS)
+    if (st == REDIST_SUCCESS) /* a failed one bound nothing: what C had bound stays */
         redist_python_bound((intptr_t)handle, &op);
-    else
-        _redist_drop_replay((intptr_t)handle);
     return (redist_status_t)st;
 }
 
@@ -444,10 +448,8 @@ CFFI_DLLEXPORT redist_status_t redist_reset_operands_unchecked(redist_t handle, 
     if (operands != NULL && redist_rebind_lazily((intptr_t)handle, 1, (const uintptr_t *)operands))
         return REDIST_SUCCESS;
     st = _redist_py_reset_operands_unchecked((intptr_t)handle, (const uintptr_t *)operands);
-    if (st == REDIST_SUCCESS && operands != NULL)
+    if (st == REDIST_SUCCESS) /* a failed one bound nothing: what C had bound stays */
         redist_python_bound((intptr_t)handle, (const uintptr_t *)operands);
-    else
-        _redist_drop_replay((intptr_t)handle);
     return (redist_status_t)st;
 }
 

@@ -190,9 +190,10 @@ class Executable(Protocol):
         engine/host/replay.py), or None where it cannot; ``forget()`` is called when they stop
         being valid. Local."""
 
-    def resume(self, heard: Sequence[int]) -> None:
-        """Collective: finish a replayed call whose status round heard ``heard`` (the peers' codes)
-        instead of this rank's own code (only where :meth:`replay` gave words)."""
+    def resume(self, code: int, heard: Sequence[int]) -> None:
+        """Collective: finish a replayed call (bound as it was made) whose status round, where this
+        rank said ``code``, heard ``heard`` (the peers' codes) instead (only where :meth:`replay`
+        gave words)."""
 
     def release_input(self) -> None:
         """Drop every reference to the operand (bind_input again before the next execute)."""

@@ -16,9 +16,9 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
   a peer is still in that peer's cache; an out= the receiver copied into is in its own.
 
 ``--methods`` takes host methods, ``push-messages``: push with the data of out= calls sent as
-messages whatever the size (``LANDING_MAX`` 0 and ``DIRECT`` off while it is planned), and
+messages whatever the size (``LANDING_MAX`` -1 and ``DIRECT`` off while it is planned), and
 ``push-direct``: stored straight into ``out=`` by the peers whatever the size and MPI
-(``LANDING_MAX`` 0, ``DIRECT`` on; where the kernel allows it).
+(``LANDING_MAX`` -1, ``DIRECT`` on; where the kernel allows it).
 ``--between`` says how each call starts: ``loop`` (the default: calls back to back, one timing
 for the whole run of them, caches warm), or each call timed alone between a barrier and the clock
 (the mean of the slowest rank's time per call) after what each rank does untimed before it:
@@ -59,7 +59,7 @@ def plan_with(r, method: str) -> None:
         return
     landing, direct = push.LANDING_MAX, getattr(push, "DIRECT", None)
     if method in ("push-messages", "push-direct"):
-        push.LANDING_MAX = 0
+        push.LANDING_MAX = -1  # nothing lands, not even an exchange that receives nothing
         push.DIRECT = method == "push-direct"
     try:
         r.plan()

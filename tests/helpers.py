@@ -70,8 +70,8 @@ def push_route(method: str):
     from redist.engine.host import push
 
     saved = push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN
-    if method in ("push-messages", "push-direct"):
-        push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN = 0, method == "push-direct", 0
+    if method in ("push-messages", "push-direct"):  # LANDING_MAX -1: not even exchanges that receive nothing land
+        push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN = -1, method == "push-direct", 0
     try:
         yield
     finally:

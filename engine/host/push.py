@@ -27,7 +27,8 @@ One execute, on every rank (:class:`.status.StatusRound`):
      staging, a slot per source) instead, and the rank copies its slots into ``out=`` after
      the arrivals; its local part goes straight into ``out=``. Two copies of the remote part,
      but no rendezvous: cheaper than any message while latency dominates. Where no rank
-     receives anything (any number of ranks) this is just the local copies into ``out=``;
+     receives anything (at any number of ranks up to COMPLETE_MAX) this is just the local
+     copies into ``out=``;
    * larger ones, on Open MPI (:data:`DIRECT`: there its messages into ``out=`` are the slower
      route; on MPICH they are the faster one, perf/RESULTS.md), where every pair of ranks can use
      Linux cross-memory attach (checked once, when the object is planned) and every run of the
@@ -109,6 +110,7 @@ _DIRECTS = (_DIRECT, _DIRECT_STALE)
 _STALES = (WELL + _STALE, WELL + _OUT + _STALE, _DIRECT_STALE)
 #: calls with an out= land in shared memory (two copies) when every rank receives at most this many
 #: bytes, else go as messages (MPI's transport): see perf/RESULTS.md, "Where push's out= lands"
+#: (-1: never, not even where no rank receives anything)
 LANDING_MAX = 1 << 20
 #: larger calls with an out= store straight into it (cross-memory attach) where every pair of ranks can
 #: and every run of the exchange has at least DIRECT_MIN_RUN bytes (shorter runs: one system-call
@@ -483,7 +485,9 @@ class PushExecutable:
         """Collective: the rest of a replayed call (bound again as it was made) whose status round,
         where this rank said ``code``, found a peer saying something else (``heard``: the peers'
         codes); as :meth:`execute` goes on from there (a failed peer raises here too)."""
-        problem = self._prepare()  # built when the replay was made (the caches may have dropped it since)
+        # built when the replay was made (the caches may have dropped it since): it cannot fail now, and a
+        # failure here could not be agreed any more (this rank's status said it is well)
+        problem = self._prepare()
         if problem is not None:
             raise InternalError(f"redist host backend (push): a replayed call cannot go on: {problem[1]}")
         try:

@@ -1,9 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The C ABI's compiled replays (cabi/redist_replay.c, engine/host/replay.py) at P = 2 and 3."""
+"""The C ABI's compiled replays (cabi/redist_replay.c, engine/host/replay.py): at P = 2 and 3 through
+libredist.so, and the replay's own parser and copy loop against numpy (tests/cabi/checks/replay_harness.c)."""
 
 from __future__ import annotations
 
+import ctypes
+import math
+import os
+import sys
+
+import numpy as np
 import pytest
+
+import helpers
+from redist.engine.host import replay
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "unit"))
+import test_replay_words  # noqa: E402 -- its region generator
 
 pytestmark = [pytest.mark.cabi]
 
@@ -13,3 +26,62 @@ def test_replays(cabi, mpirun, nprocs):
     """Repeated C calls run without Python and stay right; disagreeing ranks, one rank's bad out=,
     rebinding, fields, free and finalize (tests/cabi/workers/replay_worker.py)."""
     mpirun(nprocs, "replay_worker.py", cabi.dir, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """tests/cabi/checks/replay_harness.c (cabi/redist_replay.c with MPI calls that do nothing), loaded."""
+    if helpers.c_compiler() is None:
+        pytest.skip("no C compiler")
+    lib = tmp_path_factory.mktemp("replay") / "libreplay_harness.so"
+    built = helpers.run([helpers.c_compiler(), "-O2", "-Wall", "-Werror", "-Wno-unused-function", "-fPIC", "-shared",
+                         "-pthread", f"-I{helpers.cabi_dir()}", helpers.CABI_CHECKS / "replay_harness.c", "-o", lib])
+    assert built.returncode == 0, built.stdout + built.stderr
+    h = ctypes.CDLL(str(lib))
+    h.harness_call.restype = ctypes.c_void_p
+    h.harness_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t]
+    return h
+
+
+def header(h, operand: int) -> list[int]:
+    """A replay's words up to its copies: no status round, no requests, one field at ``operand``."""
+    return [replay.VERSION, h.harness_call(0), h.harness_call(1), h.harness_call(2), 8, 24, 4, 0, 1, 0, 0, 0, 0, 0,
+            0, operand]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_c_copies_do_what_copyto_does(harness, seed):
+    """The real copy loop of cabi/redist_replay.c (redist_copy), from words made by copy_words: random
+    permuted, sliced, reversed and broadcast (zero-stride) regions of 1- to 16-byte items, in each of
+    the three phases, copy exactly the bytes np.copyto copies."""
+    rng = np.random.default_rng(1000 + seed)
+    itemsize = int(rng.choice([1, 2, 4, 8, 12, 16]))
+    dims = tuple(int(rng.integers(1, 7)) for _ in range(int(rng.integers(1, 5))))
+    dtype = np.dtype(f"V{itemsize}")
+    src_base = np.frombuffer(rng.integers(0, 256, math.prod(dims) * itemsize, dtype=np.uint8).tobytes(),
+                             dtype).reshape(dims)
+    dst_base = np.zeros(dims, dtype)
+    dst, src = test_replay_words.void_views(rng, dst_base, src_base)
+    if rng.random() < 0.25:  # a broadcast source: one axis of stride 0
+        ax = int(rng.integers(0, len(dims)))
+        src = np.lib.stride_tricks.as_strided(src, strides=src.strides[:ax] + (0,) + src.strides[ax + 1:])
+    expected = dst_base.copy()
+    np.copyto(np.ndarray(dst.shape, dtype, expected, dst.ctypes.data - dst_base.ctypes.data, dst.strides), src)
+    phase = int(rng.integers(0, 3))
+    phases = [[(dst, src)] if k == phase else [] for k in range(3)]
+    words = header(harness, src_base.ctypes.data) + [w for pairs in phases for w in replay.copy_words(pairs)]
+    arr = np.array(words, np.int64)
+    assert harness.harness_run(arr.ctypes.data, len(arr), 0) == 0
+    assert dst_base.tobytes() == expected.tobytes()
+
+
+def test_malformed_words_are_refused(harness):
+    """Words cut short, of another version, or with a copy of no extent install nothing."""
+    a, b = np.zeros(4, "V8"), np.ones(4, "V8")
+    good = header(harness, b.ctypes.data) + [0, *replay.copy_words([(a, b)]), 0]
+    for bad in (good[:-1], [replay.VERSION + 1, *good[1:]], good[:-7] + [a.ctypes.data, b.ctypes.data, 0, 0] + [0]):
+        arr = np.array(bad, np.int64)
+        assert harness.harness_run(arr.ctypes.data, len(arr), 0) == -2
+    arr = np.array(good, np.int64)
+    assert harness.harness_run(arr.ctypes.data, len(arr), 0) == 0
+    assert a.tobytes() == b.tobytes()

@@ -11,8 +11,9 @@ push handle: repeated calls with the same out= (and with none) run without Pytho
 first and are right at every step, with the operand changed between steps; ranks that disagree
 (out= on one rank only) still get the right data (the replaying ranks hand the call back to
 Python); one rank's bad out= makes every rank fail alike with no byte of any out= or result
-changed; a rebound operand, a fields handle, redist_free, redist.finalize() from Python and
-finalize/initialize cycles leave no replay behind that could run.
+changed; a rebound operand (also when a failing call follows), a fields handle (results NULL after a
+failure), redist_free, redist.finalize() from Python and finalize/initialize cycles leave no
+replay behind that could run.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ def steady(env, count, p, with_out: bool) -> None:
         env.check(np.array_equal(got, want), f"{label}, step {step}: wrong data")
     if p.name != "large" or not with_out:  # large calls with an out= go as messages: always Python
         env.check(count.executes == 1, f"{label}: {count.executes} of {STEPS} calls entered Python (want 1)")
+        env.check(count.resumes == 0, f"{label}: {count.resumes} replays went back to Python (want 0)")
 
 
 def mixed(env, count, p) -> None:
@@ -175,7 +177,7 @@ def one_bad(env, p) -> None:
     p.fill(30)
     bad = p.env.is_last()
     st, _, err = p.call(p.a.ctypes.data if bad else p.out.ctypes.data)
-    every = env.comm.allgather((st, err.split(": ", 1)[-1]))
+    every = env.comm.allgather((st, err))
     env.check(st == INVALID_VALUE, f"{p.name}, one bad out=: status {st}: {err}")
     env.check(len(set(every)) == 1, f"{p.name}, one bad out=: ranks differ: {every}")
     env.check(f"rank {env.P - 1}" in err, f"{p.name}, one bad out=: the message names no rank: {err}")
@@ -211,6 +213,31 @@ def rebind(env, count, p) -> None:
         st, res, err = p.call(None if mine is None else mine.ctypes.data)
         got = p.result_bytes(res) if mine is None else mine.reshape(-1)
         env.check(st == SUCCESS and np.array_equal(got, want), f"{p.name}, rebound, then Python, {step}: {st} {err}")
+
+
+def lazy_then_failure(env, count, p) -> None:
+    """Rebound without Python, then a call that fails (a NULL operand on the last rank, redist_initialize
+    again on every rank): the operand bound before it stays bound, and the next call reads it."""
+    for step, op in enumerate((p.b, p.a)):  # replays for both operands
+        p.fill(70 + step, into=op)
+        p.lib.redist_reset_operand_unchecked(p.handle, op.ctypes.data)
+        p.call(p.out.ctypes.data)
+    for k, fail in enumerate(("a NULL operand", "initialize again")):
+        op = (p.b, p.a)[k]
+        want = p.fill(80 + k, into=op)
+        count.reset()
+        env.check(p.lib.redist_reset_operand_unchecked(p.handle, op.ctypes.data) == SUCCESS, f"{p.name}: rebind")
+        if p.name != "large":
+            env.check(count.rebinds == 0, f"{p.name}: the rebind before {fail} entered Python")
+        if k == 0:
+            st = p.lib.redist_reset_operand_unchecked(p.handle, None) if env.is_last() else INVALID_VALUE
+        else:
+            st = p.lib.redist_initialize(-1, DEVICE_NONE)
+        env.check(st != SUCCESS, f"{p.name}: {fail} succeeded")
+        st, _, err = p.call(p.out.ctypes.data)
+        env.check(st == SUCCESS and np.array_equal(p.out.reshape(-1), want),
+                  f"{p.name}, after {fail}: status {st} {err}; the operand bound before it is "
+                  f"{'not ' if st == SUCCESS and not np.array_equal(p.out.reshape(-1), want) else ''}what was read")
 
 
 def freed(env, p) -> None:
@@ -263,6 +290,12 @@ def fields(env, lib, count) -> None:
                 got = np.ctypeslib.as_array((ctypes.c_uint8 * want[f].size).from_address(ptr))
                 env.check(np.array_equal(got, want[f]), f"fields {which}, step {step}, field {f}: wrong data")
         env.check(count.executes == 1, f"fields {which}: {count.executes} of {STEPS} calls entered Python (want 1)")
+    # the last rank's field 1 out= overlaps its operand: every rank fails, results[] all NULL
+    bad = (vp * 2)(outs[0].ctypes.data, ops[0].ctypes.data if env.is_last() else None)
+    results = (vp * 2)(1, 1)
+    st = lib.redist_execute_fields(handle, None, bad, results)
+    env.check(st == INVALID_VALUE and results[0] is None and results[1] is None,
+              f"fields, one bad out=: status {st}, results {list(results)} (want NULL)")
     env.check(lib.redist_free(handle) == SUCCESS, "fields: redist_free")
 
 
@@ -282,6 +315,7 @@ def main() -> int:
                 mixed(env, count, p)
                 one_bad(env, p)
                 rebind(env, count, p)
+                lazy_then_failure(env, count, p)
                 if cycle == 0:
                     freed(env, p)
             fields(env, lib, count)
@@ -293,8 +327,11 @@ def main() -> int:
     p = problems(env, lib)[0]
     steady(env, count, p, True)
     redist.finalize()
+    count.reset()
     st, _, err = p.call(p.out.ctypes.data)
-    env.check(st != SUCCESS, f"execute after redist.finalize() from Python: status {st}")
+    env.check(st == INVALID_STATE and count.executes == 1,
+              f"execute after redist.finalize() from Python: status {st} ({err}), {count.executes} Python calls "
+              "(want INVALID_STATE from Python: no replay of the freed executable)")
     env.check(lib.redist_finalize() == SUCCESS, "redist_finalize after redist.finalize()")
     return env.finish()
 
