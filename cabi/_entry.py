@@ -474,14 +474,12 @@ def _resume(hid, code, heard, n, operands, outs, results):
     try:
         if h is None:
             raise E.InternalError(f"the replayed redist_t handle {hid} is gone")
-        nfields = h.nfields or 1
-        ops = _ffi.unpack(operands, nfields)
-        ptrs = _ffi.unpack(outs, nfields)
+        ptrs = _ffi.unpack(outs, h.nfields or 1)
         if h.nfields:
-            h.r.reset_operand_unchecked(tuple(h.operand(p, f) for f, p in enumerate(ops)))
+            h.r.reset_operand_unchecked(h.operands(operands))
             out = tuple(h.out(p, None, f) if p else None for f, p in enumerate(ptrs))
         else:
-            h.r.reset_operand_unchecked(h.operand(ops[0]))
+            h.r.reset_operand_unchecked(h.operand(operands[0]))
             out = h.out(ptrs[0]) if ptrs[0] else None
         h.r._resume(code, [heard[i] for i in range(n)], out)
     except BaseException as exc:  # noqa: BLE001 -- C callers get a status, never an exception

@@ -126,13 +126,18 @@ static void redist_replay_delete(redist_replay_t *rp)
     free(rp);
 }
 
+static void redist_replays_delete(redist_replay_t *rp)
+{
+    while (rp != NULL) {
+        redist_replay_t *next = rp->next;
+        redist_replay_delete(rp);
+        rp = next;
+    }
+}
+
 static void redist_handle_delete(redist_handle_replays_t *hr)
 {
-    while (hr->replays != NULL) {
-        redist_replay_t *rp = hr->replays;
-        hr->replays = rp->next;
-        redist_replay_delete(rp);
-    }
+    redist_replays_delete(hr->replays);
     free(hr->python);
     free(hr->bound);
     free(hr);
@@ -159,26 +164,20 @@ static redist_handle_replays_t *redist_handle_unlink(intptr_t handle)
     return hr;
 }
 
-/* Detach `hr`'s replays (the caller deletes them with redist_replays_delete); `hr` itself is unlinked
-   too (returned, for deletion) unless Python has not learnt its operands yet: then it stays, with no
-   replays, until redist_sync_binding tells Python. Under the lock. */
-static redist_handle_replays_t *redist_handle_strip(redist_handle_replays_t *hr, redist_replay_t **gone)
+/* Delete `*at`'s replays, and the record itself (unlinked) unless Python has not learnt its operands
+   yet and `everything` is 0: then it stays, with no replays, until redist_sync_binding tells Python.
+   1 when the record went. Under the lock. */
+static int redist_handle_clear(redist_handle_replays_t **at, int everything)
 {
-    *gone = hr->replays;
+    redist_handle_replays_t *hr = *at;
+    redist_replays_delete(hr->replays);
     hr->replays = NULL;
     hr->count = 0;
-    if (!redist_same(hr->python, hr->bound, hr->nfields))
-        return NULL;
-    return redist_handle_unlink(hr->handle);
-}
-
-static void redist_replays_delete(redist_replay_t *rp)
-{
-    while (rp != NULL) {
-        redist_replay_t *next = rp->next;
-        redist_replay_delete(rp);
-        rp = next;
-    }
+    if (!everything && !redist_same(hr->python, hr->bound, hr->nfields))
+        return 0;
+    *at = hr->next;
+    redist_handle_delete(hr);
+    return 1;
 }
 
 /* Forget every replay of `handle` (if any), keeping the operands Python has not learnt yet. Called from
@@ -186,16 +185,14 @@ static void redist_replays_delete(redist_replay_t *rp)
    freed, its status codes changed). */
 static void _redist_drop_replay(intptr_t handle)
 {
-    redist_handle_replays_t *hr, *gone_hr = NULL;
-    redist_replay_t *gone = NULL;
+    redist_handle_replays_t **at;
     pthread_mutex_lock(&redist_replay_lock);
-    hr = redist_handle_find(handle);
-    if (hr != NULL)
-        gone_hr = redist_handle_strip(hr, &gone);
+    at = &redist_replays[(uintptr_t)handle % REDIST_REPLAY_BUCKETS];
+    while (*at != NULL && (*at)->handle != handle)
+        at = &(*at)->next;
+    if (*at != NULL)
+        redist_handle_clear(at, 0);
     pthread_mutex_unlock(&redist_replay_lock);
-    redist_replays_delete(gone);
-    if (gone_hr != NULL)
-        redist_handle_delete(gone_hr);
 }
 
 /* Every handle's replays (redist_initialize: a second call fails, and the handles live on, so their
@@ -204,37 +201,12 @@ static void _redist_drop_replay(intptr_t handle)
 static void redist_drop_all_replays(int everything)
 {
     int b;
-    redist_handle_replays_t *gone_hr = NULL;
-    redist_replay_t *gone = NULL;
     pthread_mutex_lock(&redist_replay_lock);
-    for (b = 0; b < REDIST_REPLAY_BUCKETS; b++) {
-        redist_handle_replays_t **at = &redist_replays[b];
-        while (*at != NULL) {
-            redist_handle_replays_t *hr = *at;
-            redist_replay_t *last = hr->replays;
-            if (last != NULL) { /* its replays join the list to delete */
-                while (last->next != NULL)
-                    last = last->next;
-                last->next = gone;
-                gone = hr->replays;
-                hr->replays = NULL;
-                hr->count = 0;
-            }
-            if (everything || redist_same(hr->python, hr->bound, hr->nfields)) {
-                *at = hr->next;
-                hr->next = gone_hr;
-                gone_hr = hr;
-            } else
-                at = &hr->next;
-        }
-    }
+    for (b = 0; b < REDIST_REPLAY_BUCKETS; b++)
+        for (redist_handle_replays_t **at = &redist_replays[b]; *at != NULL;)
+            if (!redist_handle_clear(at, everything))
+                at = &(*at)->next;
     pthread_mutex_unlock(&redist_replay_lock);
-    redist_replays_delete(gone);
-    while (gone_hr != NULL) {
-        redist_handle_replays_t *hr = gone_hr;
-        gone_hr = hr->next;
-        redist_handle_delete(hr);
-    }
 }
 
 /* The replay of `handle` for its operands bound now and `outs` ([nfields], NULL: none), taken out of

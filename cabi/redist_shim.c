@@ -131,22 +131,21 @@ static redist_status_t redist_sync_binding(redist_t handle)
    it back. Where a peer said something else, Python finishes the call, bound as the replay was. */
 static redist_status_t redist_replay_call(redist_t handle, redist_replay_t *rp, uintptr_t *results)
 {
-    int st = redist_replay_run(rp);
+    int st = redist_replay_run(rp), mpi_failed = st != REDIST_SUCCESS && st != REDIST_REPLAY_RESUME;
     if (st == REDIST_REPLAY_RESUME) {
         st = _redist_py_resume((intptr_t)handle, rp->code, rp->heard, rp->nothers, rp->operands, rp->outs,
                                rp->results);
         redist_python_bound((intptr_t)handle, rp->operands); /* bound there first, whatever followed */
-    } else if (st != REDIST_SUCCESS) { /* MPI failed: nothing of this handle is replayed again */
-        memset(results, 0, sizeof(uintptr_t) * (size_t)rp->nfields);
-        redist_replay_delete(rp);
-        _redist_drop_replay((intptr_t)handle);
-        return (redist_status_t)st;
     }
     if (st == REDIST_SUCCESS)
         memcpy(results, rp->results, sizeof(uintptr_t) * (size_t)rp->nfields);
     else /* as the Python side does: NULL on failure */
         memset(results, 0, sizeof(uintptr_t) * (size_t)rp->nfields);
-    redist_replay_return((intptr_t)handle, rp);
+    if (mpi_failed) { /* nothing of this handle is replayed again */
+        redist_replay_delete(rp);
+        _redist_drop_replay((intptr_t)handle);
+    } else
+        redist_replay_return((intptr_t)handle, rp);
     return (redist_status_t)st;
 }
 

@@ -199,7 +199,7 @@ class PushExecutable:
         self._landed: OrderedDict = OrderedDict()  # (operands, outs) -> (local, unpack) pairs into out= (landing)
         self._land_pairs = None
         self._inner: HostExecutable | None = None  # the messages of calls with an out= (made at the first)
-        self._replays: OrderedDict = OrderedDict()  # (code, operands, outs) -> the words of replay()
+        self._replays: OrderedDict = OrderedDict()  # (code, binding) -> the words of replay()
         self._forget: Callable[[], None] | None = None  # what replay()'s holder drops its words with
         self._freed = False
         # direct copies (cross-memory attach) of calls with an out=: decided here, collectively
@@ -450,14 +450,15 @@ class PushExecutable:
         where every peer says the same, the stores of :meth:`_store` (no out=) or :meth:`_land`;
         a peer saying anything else hands the call back to :meth:`resume`. None where the call
         takes another route (direct copies, messages, more than COMPLETE_MAX ranks) or is not
-        ready. ``forget()`` is called when the words stop being valid (:meth:`free`). Local."""
+        ready. ``forget()`` is called when the words stop being valid (:meth:`free`,
+        :meth:`release_input`, and when the inner messages are made: the codes change). Local."""
         out = self._has_out
         if (self._freed or not self._bound or not self._complete or self._pairs is None
                 or out and (not self._landing or self._land_pairs is None)):
             return None
         stale = self._inner is None
         code = WELL + out * _OUT + stale * _STALE
-        key = (code, tuple(self._in_ptrs), self._land_key() if out else None)
+        key = (code, self._land_key() if out else tuple(self._in_ptrs))  # the land key holds the operands too
         hit = self._replays.get(key)
         if hit is None:
             if out:

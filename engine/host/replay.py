@@ -95,9 +95,9 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
     1. ``MPI_Startall(first)`` (the ``nothers`` status receives, then this rank's sends of ``code``),
        ``MPI_Waitall`` on the receives; unless every tag is ``tag_base + code``, the rest of the
        call goes back to Python (with the codes heard);
-    2. start ``arrival_recvs``; the copies of ``phases[0]`` (into the peers' memory), then, if
-       there were any, start ``arrival_sends``; the copies of ``phases[1]``; ``MPI_Waitall(finish)``;
-       the copies of ``phases[2]``.
+    2. start ``arrival_recvs``; the copies of ``phases[0]`` (into the peers' memory); start
+       ``arrival_sends``; the copies of ``phases[1]``; ``MPI_Waitall(finish)``; the copies of
+       ``phases[2]``.
     """
     startall, waitall, error_string, width, status_size, tag_offset = _mpi_calls(MPI)
     head = [VERSION, startall, waitall, error_string, width, status_size, tag_offset, tag_base, code, nothers,
