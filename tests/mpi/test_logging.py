@@ -21,6 +21,7 @@ import redist
 from redist import Redistribute, Slab
 
 level = getattr(logging, sys.argv[1])
+sys.stdout.reconfigure(line_buffering=True)  # whole lines: mpiexec interleaves the ranks' output per write
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s|%(message)s", stream=sys.stdout)
 logging.getLogger("redist").setLevel(level)        # the root logger stays at WARNING
 redist.initialize(device_id="cpu")
