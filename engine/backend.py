@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
     from .cuda.runtime import Runtime
+    from .host.symmetric import HostHeap
 
 #: where planning is logged: a logger, or the API's adapter that puts the rank in front of each line
 Logger: TypeAlias = "logging.Logger | logging.LoggerAdapter[logging.Logger]"
@@ -71,6 +72,7 @@ class Context:
     cuda: Runtime | None = None
     _tags: int = field(default=0, repr=False)
     _second: Any = field(default=None, repr=False)
+    _heap: Any = field(default=None, repr=False)
 
     @property
     def rank(self) -> int:
@@ -88,13 +90,24 @@ class Context:
             self._second = self.comm.Dup()
         return self._second
 
+    def host_heap(self) -> HostHeap:
+        """The host symmetric allocations of this context (engine/host/symmetric.py; made on first use, local)."""
+        if self._heap is None:
+            from .host.symmetric import HostHeap
+
+            self._heap = HostHeap(self.comm)
+        return self._heap
+
     def next_tag(self) -> int:
         """A tag base for a new executable: the same on every rank (lowering is collective)."""
         self._tags += 1
         return self._tags
 
     def close(self) -> None:
-        """Collective (redist.finalize): free the second communicator (the first is the caller's)."""
+        """Collective (redist.finalize): free the second communicator (the first is the caller's) and
+        forget the host symmetric allocations (their owners' arrays stay valid while referenced)."""
+        if self._heap is not None:
+            self._heap.close()
         if self._second is not None:
             self._second.Free()
             self._second = None

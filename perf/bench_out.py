@@ -18,7 +18,9 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
 ``--methods`` takes host methods, ``push-messages``: push with the data of out= calls sent as
 messages whatever the size (``LANDING_MAX`` -1 and ``DIRECT`` off while it is planned), and
 ``push-direct``: stored straight into ``out=`` by the peers whatever the size and MPI
-(``LANDING_MAX`` -1, ``DIRECT`` on; where the kernel allows it).
+(``LANDING_MAX`` -1, ``DIRECT`` on; where the kernel allows it); any method with ``-symmetric``
+appended (``push-symmetric``, ``hybrid-symmetric``): the two out= arrays are in host symmetric memory
+(``redist.allocate_symmetric_memory(shape, numpy)``), where push's peers store straight into them.
 ``--between`` says how each call starts: ``loop`` (the default: calls back to back, one timing
 for the whole run of them, caches warm), or each call timed alone between a barrier and the clock
 (the mean of the slowest rank's time per call) after what each rank does untimed before it:
@@ -113,15 +115,18 @@ def main() -> None:
         g = np.arange(np.prod(shape), dtype=np.int64).reshape(shape).astype(args.dtype)
         a = np.ascontiguousarray(g[tuple(slice(lo, hi) for lo, hi in zip(*ib))])
         want = g[tuple(slice(lo, hi) for lo, hi in zip(*ob))]
-        outs = [np.empty(want.shape, args.dtype), np.empty(want.shape, args.dtype)]
+        private = [np.empty(want.shape, args.dtype), np.empty(want.shape, args.dtype)]
+        symmetric = ([redist.allocate_symmetric_memory(want.shape, np, dtype=args.dtype, make_symmetric=True)
+                      for _ in range(2)] if any(m.endswith("-symmetric") for m in args.methods) else [])
         scratch, read = np.empty(want.shape, args.dtype), np.empty(want.shape, args.dtype)
         variants = {}
         destinations = {}  # per variant: the array its next call writes
         junk = np.empty(32 << 20, np.uint8) if args.between == "evict" else None
         objs = []
         for m in args.methods:
+            outs = symmetric if m.endswith("-symmetric") else private
             r = Redistribute(a, Slab.X, Slab.Y, options={"host_method": m.split("-")[0]})
-            plan_with(r, m)
+            plan_with(r, m.removesuffix("-symmetric"))
             objs.append(r)
             method = getattr(r._exe, "method", m)
             ok = np.array_equal(r.execute(), want) and np.array_equal(r.execute(out=outs[0]), want)
@@ -129,7 +134,7 @@ def main() -> None:
                 raise SystemExit(f"{m}: wrong result")
             state = {"i": 0}
 
-            def out_call(r=r, state=state):
+            def out_call(r=r, state=state, outs=outs):
                 state["i"] ^= 1
                 r.execute(out=outs[state["i"]])
 
@@ -142,14 +147,14 @@ def main() -> None:
             variants[f"{m} ({method}) out="] = out_call
             # the result variant's destination: what its last call returned
             destinations[f"{m} ({method}) result"] = lambda last=last: last["result"]
-            destinations[f"{m} ({method}) out="] = lambda state=state: outs[state["i"] ^ 1]
+            destinations[f"{m} ({method}) out="] = lambda state=state, outs=outs: outs[state["i"] ^ 1]
             if args.read:
 
                 def result_read(r=r, last=last):
                     last["result"] = r.execute()
                     np.copyto(read, last["result"])
 
-                def out_read(r=r, state=state):
+                def out_read(r=r, state=state, outs=outs):
                     state["i"] ^= 1
                     np.copyto(read, r.execute(out=outs[state["i"]]))
 
@@ -189,6 +194,8 @@ def main() -> None:
             )
         for r in objs:
             r.free()
+        if symmetric:
+            redist.free_symmetric_memory(*symmetric)
     if rank == 0:
         print(
             f"# redist {redist.__file__}: P={P}, Slab.X -> Slab.Y {args.dtype}, median of {args.reps} interleaved "

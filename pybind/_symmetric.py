@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Arrays on the NVSHMEM symmetric heap (nvmath-python compatible API).
+"""Arrays on the NVSHMEM symmetric heap (nvmath-python compatible API), and on the host.
 
 ``allocate_symmetric_memory`` / ``free_symmetric_memory`` are collective: every process calls
 them, in the same order. redist's GPU operands need **not** be symmetric (its kernels read the
@@ -7,6 +7,11 @@ operand locally); symmetric arrays are what ``execute(out=...)`` writes into, be
 store into it directly. The result returned by the function form :func:`redist.redistribute` is
 symmetric too, and is freed with :func:`free_symmetric_memory`. The heap itself is handled by
 ``redist.engine.cuda.symmetric``; this module makes cupy arrays and torch tensors of it.
+
+``package=numpy`` (beyond nvmath-python) gives host symmetric memory instead: shared memory that
+every rank of the node maps (``redist.engine.host.symmetric``). Any host ``out=`` works; one in
+host symmetric memory is stored into straight by the peers (host method ``push``), the fastest
+way into an array of your own.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from .engine.errors import InvalidTypeError, InvalidValueError, NotInitializedEr
 __all__ = ["allocate_symmetric_memory", "free_symmetric_memory"]
 
 _PACKAGES = ("cupy", "torch")
+_HOST = "numpy"
 
 
 def _package_name(package) -> str | None:
@@ -73,24 +79,29 @@ def allocate_symmetric_memory(
     skip_symmetric_check: bool = False,
     logger: logging.Logger | None = None,
 ):
-    """Collective: an array on the NVSHMEM symmetric heap of this process's GPU.
+    """Collective: an array on the NVSHMEM symmetric heap of this process's GPU, or in host symmetric memory.
 
     Parameters
     ----------
     shape
         Local shape (int or sequence of ints).
     package
-        ``cupy`` or ``torch`` (the module, or its name).
+        ``cupy`` or ``torch`` (the module, or its name): GPU memory on the NVSHMEM heap;
+        ``numpy``: host memory shared with the other ranks of this node (their peers store
+        straight into an ``out=`` there; no GPU needed).
     dtype
-        Element type; default float64 for cupy, ``torch.get_default_dtype()`` for torch.
+        Element type; default float64 for cupy and numpy, ``torch.get_default_dtype()`` for torch.
     axis_order
         "C", "F", or a permutation listing the axes from slowest- to fastest-varying.
     make_symmetric
-        Allow different sizes on different processes: every process then allocates the
-        largest (symmetric allocations must be equal everywhere).
+        Allow different sizes on different processes: on GPUs every process then allocates the
+        largest (symmetric allocations must be equal everywhere); on the host each keeps its own.
     skip_symmetric_check
         Trust that every process asks for the same size (no collective size check).
     """
+    if _host_package(package):
+        return _allocate_host(shape, dtype, axis_order, make_symmetric, skip_symmetric_check,
+                              logger if logger is not None else logging.getLogger())
     from .engine.cuda import symmetric
 
     log = logger if logger is not None else logging.getLogger()
@@ -123,13 +134,72 @@ def allocate_symmetric_memory(
     return as_array(Buffer(ptr, shp, st, itemsize, "cuda", rt.device_id), template, owner=rt)
 
 
+def _host_package(package) -> bool:
+    return (package if isinstance(package, str) else getattr(package, "__name__", None)) == _HOST
+
+
+def _allocate_host(shape, dtype, axis_order, make_symmetric: bool, skip_symmetric_check: bool,
+                   log: logging.Logger) -> np.ndarray:
+    """Collective: a numpy array in host symmetric memory (engine/host/symmetric.py)."""
+    from . import _runtime
+
+    heap = _runtime.context().engine.host_heap()
+    failure, nbytes, shp, st, dt = None, 0, (), (), np.dtype(np.float64)
+    try:
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shp):
+            raise InvalidValueError(f"shape must be non-negative, got {shp}")
+        try:
+            dt = np.dtype("float64" if dtype is None else dtype)
+        except TypeError as e:
+            raise InvalidTypeError(f"dtype must be a numpy dtype for package numpy, got {dtype!r}") from e
+        st = _strides(shp, axis_order)
+        nbytes = math.prod(shp) * dt.itemsize
+    except Exception as e:  # noqa: BLE001 -- raised on every rank by heap.allocate
+        failure = e
+    raw = heap.allocate(nbytes, make_symmetric=make_symmetric, skip_symmetric_check=skip_symmetric_check,
+                        failure=failure)
+    log.debug("allocate_symmetric_memory: numpy %s %s in host shared memory (%d bytes)", shp, dt, nbytes)
+    return np.ndarray(shp, dtype=dt, buffer=raw, strides=tuple(s * dt.itemsize for s in st))
+
+
+def _free_host(arrays) -> None:
+    """Collective: free host symmetric arrays (every argument a numpy array, or a failure on every rank)."""
+    from . import _runtime
+
+    heap = _runtime.context().engine.host_heap()
+    failure, starts = None, []
+    for a in arrays:
+        if package_of(a) != _HOST:
+            failure = InvalidTypeError("free_symmetric_memory: numpy arrays (host symmetric memory) and GPU "
+                                       f"arrays cannot be freed in one call, got {type(a).__name__}")
+            break
+        starts.append((int(a.ctypes.data), int(a.nbytes)))
+    heap.free(starts, failure=failure)
+
+
 def free_symmetric_memory(*arrays) -> None:
     """Collective: free arrays made by :func:`allocate_symmetric_memory` (same order on every process).
 
     Waits for all work on the device first (memory in use by a running kernel is never freed).
+    A numpy array (host symmetric memory) becomes ordinary memory: the other ranks forget it, and
+    it stays valid for as long as it is referenced.
     """
+    from . import _runtime
+    from .engine import collective
     from .engine.cuda import symmetric
 
+    ctx = _runtime.context()
+    host = not arrays or package_of(arrays[0]) == _HOST
+    if ctx.cuda is not None:  # both kinds exist: every rank frees the same kind (one collective path)
+        kinds = collective.agree(ctx.engine.comm, None, host)
+        if len(set(kinds)) > 1:
+            ranks = ", ".join(str(r) for r, k in enumerate(kinds) if k)
+            raise InvalidValueError(f"free_symmetric_memory: rank(s) {ranks} free host (numpy) arrays, the other "
+                                    "ranks GPU arrays: every rank frees the same arrays")
+    if host or ctx.cuda is None:
+        _free_host(arrays)
+        return
     rt = _cuda_runtime()
     failure, ptrs = None, []
     for a in arrays:

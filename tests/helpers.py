@@ -328,6 +328,21 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def shm_mapped() -> int:
+    """Bytes of /dev/shm files this process maps (redist's segments, MPI's own)."""
+    total = 0
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "/dev/shm/" in line:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                total += hi - lo
+    return total
+
+
+def shm_files() -> list[str]:
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(f"redist-{os.getpid()}-"))
+
+
 # --- MPI workers ---------------------------------------------------------------------------
 
 

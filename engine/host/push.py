@@ -43,6 +43,12 @@ One execute, on every rank (:class:`.status.StatusRound`):
      which each rank enters after its copies: it tells every rank whether a copy failed, and a
      sender returns (and may change its operand) only once every reader is done. Each element
      moves once and no message carries data;
+   * wherever a rank's every ``out=`` lies in host symmetric memory (engine/host/symmetric.py:
+     ``redist.allocate_symmetric_memory(shape, numpy)``, mapped by every rank of the node) and is
+     laid out like its result, it says *shared*, with the allocation's id beside each address in
+     its segment; its peers store into their own mapping of that ``out=``, as into a result. One
+     copy per element and no system call, at any size and on any MPI (the Allreduce of direct
+     calls only where some rank said *direct*);
    * otherwise: the call moves its data as MPI messages straight into every ``out=`` (and
      into the results of the ranks that have none) -- the message methods' exchange, run by an
      inner :class:`~.executable.HostExecutable` (``hybrid``) over the same buffers; the local
@@ -70,7 +76,6 @@ everything else at once, on any rank, in any order.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import math
 import mmap
 import os
@@ -92,6 +97,7 @@ from ._datatypes import fused as fused_dims
 from .replay import words as replay_words
 from .executable import AUTO_METHOD, CACHE_SIZE, COMPLETE_MAX, HostExecutable, out_problem, tag_ub
 from .status import FAILED, WELL, StatusRound
+from .symmetric import RESULT, SHM_DIR, map_file, shm_path
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -104,10 +110,13 @@ __all__ = ["PushExecutable"]
 _OUT, _STALE = 1, 2
 _DIRECT = WELL + _OUT + _STALE + 1  # my every out= can be stored into directly: its addresses are in my segment
 _DIRECT_STALE = _DIRECT + 1  # the same, and my messages are not built
-_CODES = _DIRECT_STALE + 1  # with the arrival tag, 8 tags per object
+_SHARED = _DIRECT_STALE + 1  # my every out= is in host symmetric memory: plain stores, no cross-memory copy
+_SHARED_STALE = _SHARED + 1  # the same, and my messages are not built
+_CODES = _SHARED_STALE + 1  # with the arrival tag, 16 tags per object
 _WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank with an out= that peers cannot store into
-_DIRECTS = (_DIRECT, _DIRECT_STALE)
-_STALES = (WELL + _STALE, WELL + _OUT + _STALE, _DIRECT_STALE)
+_DIRECTS = (_DIRECT, _DIRECT_STALE, _SHARED, _SHARED_STALE)  # the peers store straight into my out=
+_SHAREDS = (_SHARED, _SHARED_STALE)
+_STALES = (WELL + _STALE, WELL + _OUT + _STALE, _DIRECT_STALE, _SHARED_STALE)
 #: calls with an out= land in shared memory (two copies) when every rank receives at most this many
 #: bytes, else go as messages (MPI's transport): see perf/RESULTS.md, "Where push's out= lands"
 #: (-1: never, not even where no rank receives anything)
@@ -122,7 +131,6 @@ DIRECT_MIN_RUN = 256
 #: who makes a direct copy, decided per pair when an object is planned: None (the default) by the
 #: stretch rule of _who_copies, True every receiver reads, False every sender stores
 DIRECT_READ: bool | None = None
-_names = itertools.count()
 
 
 class PushExecutable:
@@ -153,8 +161,8 @@ class PushExecutable:
         self._logger = logger
         self._inner_args = (messages_tag, second, data_tags)
         P, me = plan.nranks, plan.rank
-        span = max(1, (tag_ub(self.comm) + 1) // 8)
-        base_tag = 8 * (tag % span)
+        span = max(1, (tag_ub(self.comm) + 1) // 16)
+        base_tag = 16 * (tag % span)
         self._arrival_tag = base_tag + _CODES
         # every field's result in the segment, each at its own offset (a rank's offsets follow its
         # output box, which every rank knows)
@@ -163,11 +171,11 @@ class PushExecutable:
         # decided from data every rank has (the largest receive staging of any rank). Where nothing
         # crosses ranks (any P) nothing lands: the local part goes straight into out=
         self._landing = fused.max_recv_staging_bytes <= LANDING_MAX and P <= COMPLETE_MAX
-        self._land_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
-        # without landing, a header behind the results: the out= addresses of direct calls, a probe word
-        # per rank (plan-time check of the direct copies), then the operand addresses (read by peers that
-        # copy from the operand themselves)
-        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 8 * (2 * self.nfields + P))
+        # a header behind the results (_Header), then the landing area
+        self._head_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
+        head = -(-_Header.words(self.nfields, P) * 8 // 64) * 64
+        self._land_off = {r: off + head for r, off in self._head_off.items()}
+        size = self._land_off[me] + (fused.recv_staging_bytes if self._landing else 0)
         self._segment, peers = _share(self.comm, max(size, 1),
                                       sorted({t.dst for t in plan.sends} | {t.src for t in plan.recvs}))
         self._base = np.frombuffer(self._segment, np.uint8)
@@ -202,11 +210,15 @@ class PushExecutable:
         self._replays: OrderedDict = OrderedDict()  # (code, binding) -> the words of replay()
         self._forget: Callable[[], None] | None = None  # what replay()'s holder drops its words with
         self._freed = False
+        self._head = _Header(self._segment, self._head_off[me], self.nfields, P)
+        self._heads = {r: _Header(m, self._head_off[r], self.nfields, P) for r, m in peers.items()}
+        self._heap = ctx.host_heap()
+        self._out_shared = False  # every bound out= is in host symmetric memory, laid out like its result
+        self._kinds_generation = -1  # the heap's generation when the out= were last classified
+        self._shared: OrderedDict = OrderedDict()  # (operands, destination, its header) -> peer pairs into it
+        self._shared_generation = self._heap.generation
         # direct copies (cross-memory attach) of calls with an out=: decided here, collectively
-        self._header = (np.zeros(self.nfields, np.uint64) if self._landing else
-                        np.frombuffer(self._segment, np.uint64, self.nfields, self._land_off[me]))
-        self._operand_words = (None if self._landing else
-                               np.frombuffer(self._segment, np.uint64, self.nfields, _operands_at(self, me)))
+        self._operand_words = None if self._landing else self._head.operands
         self._targets: list[int] = []  # direct calls: where my every field lands (its out=, or its result)
         self._writes: list[_DirectCopy | None] = []  # per send, when direct: None where the peer reads
         self._reads: list[_DirectCopy | None] = []  # per receive, when direct: None where the peer stores
@@ -247,20 +259,31 @@ class PushExecutable:
             buf = None  # the result itself
         self._outs[field] = buf
         self._has_out = any(b is not None for b in self._outs)
-        if self._landing:
+        inner = self._inner
+        self._classify_outs()  # makes the inner messages where they are needed
+        if self._landing or self._out_direct:
             self._land_pairs = self._landed.get(self._land_key())  # None: built by the next execute
-            return
-        if self._direct:
-            self._out_direct = self._has_out and all(b is None or _same_layout(b, r)
-                                                     for b, r in zip(self._outs, self.results))
-            if self._out_direct:  # read by the peers once my status says direct (no call of mine is running)
-                self._targets = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)]
-                self._header[:] = self._targets
-                self._land_pairs = self._landed.get(self._land_key())
-        if buf is not None and self._inner is None and not self._out_direct:
-            self._inner = self._make_inner()
-        if self._inner is not None:
-            self._inner.bind_output(buf, field)
+        if inner is not None:
+            inner.bind_output(buf, field)
+
+    def _classify_outs(self) -> None:
+        """Can the peers store straight into my out= (and how: header)? Where every out= is in host
+        symmetric memory and laid out like its result, or, with cross-memory attach, laid out like
+        it. Again at a call after host symmetric memory was freed (the API binds an out= once)."""
+        out = self._has_out
+        # what each field's target is (the header's kinds): peers store into a result or host symmetric memory
+        kinds = [RESULT if b is None or b.size == 0 else self._heap.find(*b.address_range()) if _same_layout(b, r)
+                 else 0 for b, r in zip(self._outs, self.results)] if out and self._complete else []
+        self._kinds_generation = self._heap.generation
+        self._out_shared = out and self._complete and all(kinds)
+        self._out_direct = out and (self._out_shared or self._direct and all(
+            b is None or _same_layout(b, r) for b, r in zip(self._outs, self.results)))
+        if self._out_direct:  # read by the peers once my status says direct (no call of mine is running)
+            self._targets = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)]
+            self._head.targets[:] = self._targets
+            self._head.kinds[:] = kinds
+        if not self._landing and out and self._inner is None and not self._out_direct:
+            self._inner = self._make_inner()  # bound to every out=
 
     def _make_inner(self) -> HostExecutable:
         """The message exchange of calls with an ``out=`` (local: lowering reserved its tags). This
@@ -289,6 +312,7 @@ class PushExecutable:
         self._copies.clear()
         self._landed.clear()
         self._replays.clear()
+        self._shared.clear()
         self._pairs = self._land_pairs = None
         for copy in self._writes:
             if copy is not None:
@@ -327,14 +351,46 @@ class PushExecutable:
         return hit
 
     def _stores(self, heard: list[int]) -> list:
-        """The peer pairs of a landing call: into each destination's landing if it binds an out=."""
+        """The peer pairs of a landing call: into each destination's landing if it binds a private
+        out=, straight into its targets if it said direct (host symmetric memory), else its result."""
         _, _, by_dst, modes, _ = self._pairs
+        if any(heard[k] in _DIRECTS for k in self._send_codes):
+            return [pair for i, k in enumerate(self._send_codes)
+                    for pair in (self._into_shared(i) if heard[k] in _DIRECTS else by_dst[i][heard[k] in _WITH_OUT])]
         bits = tuple(heard[k] in _WITH_OUT for k in self._send_codes)
         pairs = modes.get(bits)
         if pairs is None:
             pairs = modes[bits] = [pair for (result, landing), b in zip(by_dst, bits) for pair in (landing if b else
                                                                                                    result)]
         return pairs
+
+    def _into_shared(self, send: int) -> list:
+        """The peer pairs of send ``send`` straight into its destination's targets, where its header
+        says every one can be stored into (its result, or host symmetric memory), cached per operand
+        and header."""
+        heap, dst = self._heap, self._fields[0].sends[send].dst
+        if heap.generation != self._shared_generation:  # allocations were freed: views into them go
+            self._shared.clear()
+            self._shared_generation = heap.generation
+        head = self._heads[dst]
+        key = (tuple(self._in_ptrs), send, head.targets.tobytes(), head.kinds.tobytes())
+        hit = self._shared.get(key)
+        if hit is None:
+            hit = []
+            for f, (p, ptr) in enumerate(zip(self._fields, self._in_ptrs)):
+                kind = int(head.kinds[f])
+                base = (self._peer_ptr[dst] + self._offsets[dst][f] if kind == RESULT else
+                        heap.peer_address(kind, dst, int(head.targets[f])))
+                if base is None:  # allocations are collective: every rank has every live one
+                    raise InternalError(f"redist host backend (push): rank {dst}'s out= is in host symmetric "
+                                        f"allocation {kind}, which this rank does not hold")
+                src, isz = HostBuffer(ptr, p.itemsize), p.itemsize
+                hit += [copy_views(piece.direct, src, HostBuffer(base, isz)) for piece in p.sends[send].pieces]
+            self._shared[key] = hit
+            while len(self._shared) > CACHE_SIZE * max(1, len(self._send_codes)):  # per send
+                self._shared.popitem(last=False)
+        self._shared.move_to_end(key)
+        return hit
 
     def _land_key(self) -> tuple:
         if self.nfields == 1:
@@ -379,6 +435,9 @@ class PushExecutable:
             elif not self._bound:
                 problem = ("InvalidStateError", "no operand is bound (it was released): call reset_operand() first")
         out = self._has_out
+        if self._out_shared and self._heap.generation != self._kinds_generation:  # freed since bound?
+            self._classify_outs()
+            self._land_pairs = self._landed.get(self._land_key()) if self._landing or self._out_direct else None
         direct = out and self._out_direct
         stale = self._inner is None  # a rank without its messages builds them after the round: agreed again
         if problem is None:
@@ -388,7 +447,8 @@ class PushExecutable:
                 st = self._status
                 if problem is not None:
                     st.fail(problem)
-                code = (_DIRECT_STALE if stale else _DIRECT) if direct else WELL + out * _OUT + stale * _STALE
+                code = (((_SHARED_STALE if stale else _SHARED) if self._out_shared else
+                         (_DIRECT_STALE if stale else _DIRECT)) if direct else WELL + out * _OUT + stale * _STALE)
                 MPI.Prequest.Startall(st.first[code])
                 MPI.Request.Waitall(st.recvs, st.statuses)
                 mine = st.base + code
@@ -454,7 +514,7 @@ class PushExecutable:
         :meth:`release_input`, and when the inner messages are made: the codes change). Local."""
         out = self._has_out
         if (self._freed or not self._bound or not self._complete or self._pairs is None
-                or out and (not self._landing or self._land_pairs is None)):
+                or out and (not self._landing or self._out_direct or self._land_pairs is None)):
             return None
         stale = self._inner is None
         code = WELL + out * _OUT + stale * _STALE
@@ -515,9 +575,14 @@ class PushExecutable:
         where they bind an out=; arrive; the local part, then my slots, into my out=."""
         MPI, copyto = self._MPI, np.copyto
         local, unpack = self._land_pairs if out else (self._pairs[0], ())
+        if code in _DIRECTS:  # my out= is in host symmetric memory: the peers store straight into it
+            unpack = ()
         if self._arrival_recvs:
             MPI.Prequest.Startall(self._arrival_recvs)
-        peers = self._pairs[4] if heard is None else self._stores(heard)
+        if heard is None:  # every rank said what I said
+            peers = self._pairs[4] if code not in _DIRECTS else self._stores([code] * len(self._status.recvs))
+        else:
+            peers = self._stores(heard)
         if peers:
             for d, s in peers:
                 copyto(d, s, casting="no")
@@ -536,20 +601,22 @@ class PushExecutable:
         no sender returns before every rank that reads its operand is done."""
         MPI, copyto = self._MPI, np.copyto
         local = self._land_pairs[0] if out else self._pairs[0]
-        key = (code, None if heard is None else tuple(heard[k] in _DIRECTS for k in self._send_codes))
+        codes = [code] * len(self._send_codes) if heard is None else [heard[k] for k in self._send_codes]
+        # a destination in host symmetric memory gets plain stores (its header, written before its status, says where)
+        key = (code, tuple(c in _SHAREDS for c in codes), tuple(c in _DIRECTS for c in codes))
         mode = self._modes.get(key)
         if mode is None:
-            mode = self._modes[key] = _DirectMode(self, code, out, key[1])
+            mode = self._modes[key] = _DirectMode(self, code, out, key[2], key[1])
         if mode.first:
             MPI.Prequest.Startall(mode.first)
         failed = None
         if mode.writes:
             by_dst = self._pairs[2]
-            for i, copy in mode.writes:
+            for i, copy, shared in mode.writes:
                 if copy is not None:
                     failed = copy.move(self._in_ptrs, failed)  # every destination gets its data
                 else:
-                    for d, s in by_dst[i][0]:
+                    for d, s in (self._into_shared(i) if shared else by_dst[i][0]):
                         copyto(d, s, casting="no")
             MPI.Prequest.Startall(mode.arrivals)
         for copy in mode.reads:
@@ -557,6 +624,9 @@ class PushExecutable:
         for d, s in local:
             copyto(d, s, casting="no")
         MPI.Request.Waitall(mode.waits)
+        if not self._direct or (code not in (_DIRECT, _DIRECT_STALE) and (heard is None or not any(
+                c in (_DIRECT, _DIRECT_STALE) for c in heard))):  # no rank copies across memories: plain stores
+            return
         # after my copies: the kernel refused one it took at plan time (every rank raises: a receiver cannot
         # tell), and a sender whose operand is read returns only after every rank is done
         self._stored[0] = failed is not None
@@ -625,7 +695,8 @@ class PushExecutable:
         self._landed.clear()
         self._pairs = self._land_pairs = None
         self._writes, self._reads, self._targets = [], [], []
-        self._header = self._operand_words = None
+        self._head, self._heads, self._operand_words = None, {}, None
+        self._shared.clear()
         self._outs = [None] * self.nfields
         self._in_owners = [None] * self.nfields
         self._peer_ptr, self._peer_segments = {}, {}
@@ -674,6 +745,25 @@ class PushExecutable:
         return f"<PushExecutable rank={p.rank}/{p.nranks} fields={self.nfields}>"
 
 
+class _Header:
+    """The words behind a rank's results in its segment. The rank writes them between its calls;
+    its peers read them after its status (MPI's ordering): per field the address its calls with an
+    out= write into (its out= or its result) and what that memory is (0: private; RESULT; else the
+    id of the host symmetric allocation holding it, engine/host/symmetric.py), a probe word per rank
+    (the plan-time check of the direct copies), and per field its operand's address (read by the
+    peers that copy from it)."""
+
+    @staticmethod
+    def words(nfields: int, nranks: int) -> int:
+        return 3 * nfields + nranks
+
+    def __init__(self, segment: mmap.mmap, offset: int, nfields: int, nranks: int) -> None:
+        words = np.frombuffer(segment, np.uint64, self.words(nfields, nranks), offset)
+        self.address: int = words.ctypes.data
+        self.targets, self.kinds = words[:nfields], words[nfields:2 * nfields]
+        self.probes, self.operands = words[2 * nfields:2 * nfields + nranks], words[2 * nfields + nranks:]
+
+
 def _share(comm: MPI.Intracomm, nbytes: int, peers: Sequence[int]) -> tuple[mmap.mmap, dict[int, mmap.mmap]]:
     """Collective: this rank's shared segment of ``nbytes`` (zeroed), and its mappings of the
     segments of ``peers``. Each rank creates a file in /dev/shm, every rank maps the files it
@@ -682,14 +772,14 @@ def _share(comm: MPI.Intracomm, nbytes: int, peers: Sequence[int]) -> tuple[mmap
     path = None
     try:
         with collective.attempt(comm) as step:
-            path = os.path.join(SHM_DIR, f"redist-{os.getpid()}-{next(_names)}-{secrets.token_hex(4)}")
-            own = _map(path, nbytes, create=True)
+            path = shm_path()
+            own = map_file(path, nbytes, create=True)
             step.payload = path
         paths = step.gathered
         mapped = {}
         with collective.attempt(comm):
             for r in peers:
-                mapped[r] = _map(paths[r], nbytes=0, create=False)
+                mapped[r] = map_file(paths[r], nbytes=0, create=False)
         return own, mapped
     finally:
         if path is not None:
@@ -699,24 +789,6 @@ def _share(comm: MPI.Intracomm, nbytes: int, peers: Sequence[int]) -> tuple[mmap
                 pass
 
 
-def _map(path: str, nbytes: int, create: bool) -> mmap.mmap:
-    """Map ``path`` (created with ``nbytes`` of reserved memory, or an existing one), close the file."""
-    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-    fd = os.open(path, flags, 0o600)
-    try:
-        if create:
-            try:
-                os.posix_fallocate(fd, 0, nbytes)  # reserved now: a full /dev/shm fails here, never as SIGBUS later
-            except OSError as e:
-                raise NotSupportedError(
-                    f"host method 'push' could not reserve {nbytes} bytes of shared memory in {SHM_DIR} ({e}); "
-                    "enlarge it (docker: --shm-size) or use host_method='hybrid'") from None
-        return mmap.mmap(fd, 0 if not create else nbytes)
-    finally:
-        os.close(fd)
-
-
-SHM_DIR = "/dev/shm"
 SHM_MARGIN = 64 << 20  # what MPI and others keep in /dev/shm beside the segments
 
 
@@ -796,11 +868,6 @@ def _cross_memory():
     return calls
 
 
-def _operands_at(exe: PushExecutable, rank: int) -> int:
-    """Where rank ``rank``'s operand addresses are in its segment (behind its out= addresses and probe words)."""
-    return exe._land_off[rank] + 8 * (exe.nfields + exe._fields[0].nranks)
-
-
 def _runs(fields, send: int) -> tuple[np.ndarray, ...] | None:
     """(field, source byte offset, destination byte offset, bytes) of every contiguous run of send
     ``send`` of every field in element order, runs contiguous on both sides merged; None past
@@ -869,9 +936,9 @@ def _direct_setup(exe: PushExecutable) -> bool:
             runs = None
     fit, read = _who_copies(runs) if runs is not None else (False, [])
     token = secrets.randbits(63) | 1  # what this rank writes into its destinations' probe words
-    slots = np.frombuffer(exe._segment, np.uint64, plan.nranks, exe._land_off[plan.rank] + 8 * exe.nfields)
+    slots = exe._head.probes
     slots[plan.rank] = token  # what the ranks that read from me read back
-    infos = collective.agree(comm, None, (os.getpid(), exe._header.ctypes.data, fit, token))
+    infos = collective.agree(comm, None, (os.getpid(), exe._head.address, fit, token))
     if not all(ok for _, _, ok, _ in infos):
         return False
     outgoing: list = [None] * plan.nranks
@@ -893,12 +960,12 @@ def _direct_setup(exe: PushExecutable) -> bool:
     for t, copy in zip(plan.sends, writes):  # into my slot of each destination I store into
         if works and copy is not None:
             pid, theirs = infos[t.dst][0], infos[t.dst][1]
-            works = writev(pid, mine, 1, (ctypes.c_uint64 * 2)(theirs + 8 * (exe.nfields + plan.rank), 8), 1, 0) == 8
+            works = writev(pid, mine, 1, (ctypes.c_uint64 * 2)(theirs + 8 * (2 * exe.nfields + plan.rank), 8), 1, 0) == 8
     for t, copy in zip(plan.recvs, reads):  # each source I read from: its own slot, its token
         if works and copy is not None:
             pid, theirs = infos[t.src][0], infos[t.src][1]
             word[0] = 0
-            works = (readv(pid, mine, 1, (ctypes.c_uint64 * 2)(theirs + 8 * (exe.nfields + t.src), 8), 1, 0) == 8
+            works = (readv(pid, mine, 1, (ctypes.c_uint64 * 2)(theirs + 8 * (2 * exe.nfields + t.src), 8), 1, 0) == 8
                      and int(word[0]) == infos[t.src][3])
     collective.agree(comm, None)  # every probe written (or refused)
     # each storing source's token arrived here: its pid named this process (not another one of a namespace)
@@ -907,13 +974,10 @@ def _direct_setup(exe: PushExecutable) -> bool:
         return False
     for copy, t in zip(writes, plan.sends):
         if copy is not None:
-            copy.connect(writev, plan.rank, t.dst, infos[t.dst][0],
-                         np.frombuffer(exe._peer_segments[t.dst], np.uint64, exe.nfields, exe._land_off[t.dst]))
+            copy.connect(writev, plan.rank, t.dst, infos[t.dst][0], exe._heads[t.dst].targets)
     for copy, t in zip(reads, plan.recvs):
         if copy is not None:
-            copy.connect(readv, plan.rank, plan.rank, infos[t.src][0],
-                         np.frombuffer(exe._peer_segments[t.src], np.uint64, exe.nfields, _operands_at(exe, t.src)),
-                         source=t.src)
+            copy.connect(readv, plan.rank, plan.rank, infos[t.src][0], exe._heads[t.src].operands, source=t.src)
     exe._writes, exe._reads = writes, reads
     return True
 
@@ -1005,30 +1069,37 @@ class _DirectCopy:
 
 
 class _DirectMode:
-    """What a direct call does for one status code and one set of direct peers: the arrivals to
-    receive, the sends to copy (a :class:`_DirectCopy`) or store (None: into the peer's result) and
-    their arrivals (none where the peer reads), the receives to read, and every request to wait for."""
+    """What a direct call does for one status code, one set of direct peers and which of them are in
+    host symmetric memory: the arrivals to receive, the sends to copy (a :class:`_DirectCopy`) or
+    store (plain stores: into the peer's result, or into its targets where ``shared``) and their
+    arrivals (none where the peer reads), the receives to read, and every request to wait for."""
 
-    def __init__(self, exe: PushExecutable, code: int, out: bool, direct: tuple[bool, ...] | None) -> None:
+    def __init__(self, exe: PushExecutable, code: int, out: bool, direct: tuple[bool, ...],
+                 shared: tuple[bool, ...]) -> None:
         plan = exe._fields[0]
-        peer_direct = [direct is None or direct[i] for i in range(len(plan.sends))]
-        read_by_peer = [d and c is None for d, c in zip(peer_direct, exe._writes)]
-        read_by_me = [out and c is not None for c in exe._reads]
+        copies = exe._writes or [None] * len(plan.sends)  # none without cross-memory attach (host symmetric only)
+        reads = exe._reads or [None] * len(plan.recvs)
+        cross = [d and not sh for d, sh in zip(direct, shared)]  # destinations copied into by cross-memory attach
+        read_by_peer = [c and w is None for c, w in zip(cross, copies)]
+        read_by_me = [out and code not in _SHAREDS and c is not None for c in reads]
         self.first = [r for r, mine in zip(exe._arrival_recvs, read_by_me) if not mine]
-        self.writes = [(i, exe._writes[i] if d else None)
-                       for i, (d, theirs) in enumerate(zip(peer_direct, read_by_peer)) if not theirs]
-        self.arrivals = [exe._arrival_sends[i] for i, _ in self.writes]
-        self.reads = [c for c, mine in zip(exe._reads, read_by_me) if mine]
+        self.writes = [(i, copies[i] if c else None, sh)
+                       for i, (c, sh, theirs) in enumerate(zip(cross, shared, read_by_peer)) if not theirs]
+        self.arrivals = [exe._arrival_sends[i] for i, _, _ in self.writes]
+        self.reads = [c for c, mine in zip(reads, read_by_me) if mine]
         self.waits = self.first + self.arrivals + (
             exe._status.sends[code] if exe._status else [])
 
 
 def _out_route(exe: PushExecutable) -> str:
     """How calls with an out= move their data (describe())."""
+    shared = ("the peers store straight into an out= in host symmetric memory laid out like its result; other "
+              "out= " if exe._complete and exe._fields[0].nranks > 1 else "")
     if exe._landing:
-        return "land in shared memory, then copy" if exe._fused.max_recv_staging_bytes else "are copied straight into it"
+        return shared + ("land in shared memory, then copy" if exe._fused.max_recv_staging_bytes else
+                         "are copied straight into it")
     if exe._direct:
-        return ("are copied straight into it (cross-memory attach: the peers store, or the rank reads their "
-                "operands where their side has the longer stretches) when every out= is laid out like its "
-                "result, else sent as MPI messages straight into it")
-    return "send MPI messages straight into it"
+        return shared + ("are copied straight into it (cross-memory attach: the peers store, or the rank reads "
+                         "their operands where their side has the longer stretches) when every out= is laid out "
+                         "like its result, else sent as MPI messages straight into it")
+    return shared + "send MPI messages straight into it"

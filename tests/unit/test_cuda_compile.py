@@ -510,7 +510,9 @@ def test_modules_import_without_gpu():
     assert executable.CudaExecutable and lowering.lower and mirror.MirrorExecutable
     from redist.engine.errors import NotInitializedError
 
-    code = "import numpy, redist; redist.allocate_symmetric_memory((2, 2), numpy)"
+    # GPU packages need the GPU runtime; numpy gets host symmetric memory (tests/mpi/test_host_symmetric.py)
+    code = ("import numpy, redist; a = redist.allocate_symmetric_memory((2, 2), numpy); assert a.shape == (2, 2); "
+            "redist.allocate_symmetric_memory((2, 2), 'cupy')")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, REDIST_DEVICE="cpu"))
     assert NotInitializedError.__name__ in res.stderr and "CPU-only" in res.stderr, res.stderr

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from helpers import Report, global_values, open_fds, rss_mib, same_bits, sl  # noqa: E402
+from helpers import Report, global_values, open_fds, rss_mib, same_bits, shm_files, shm_mapped, sl  # noqa: E402
 
 import redist  # noqa: E402
 from redist import Redistribute, Slab  # noqa: E402
@@ -32,21 +32,6 @@ from redist.engine import errors  # noqa: E402
 
 SHAPE = (16, 12, 8)
 
-
-
-def shm_mapped() -> int:
-    """Bytes of /dev/shm files this process maps (redist's segments, MPI's own)."""
-    total = 0
-    with open("/proc/self/maps") as f:
-        for line in f:
-            if "/dev/shm/" in line:
-                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                total += hi - lo
-    return total
-
-
-def shm_files() -> list[str]:
-    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(f"redist-{os.getpid()}-"))
 
 
 def comm_handle() -> int:
