@@ -28,6 +28,8 @@ _CDEF = r"""
 extern "Python" int32_t _redist_py_initialize(int32_t, int32_t);
 extern "Python" int32_t _redist_py_finalize(void);
 extern "Python" int32_t _redist_py_comm_rank(int32_t *, int32_t *);
+extern "Python" int32_t _redist_py_allocate_symmetric_memory(uintptr_t *, int64_t);
+extern "Python" int32_t _redist_py_free_symmetric_memory(uintptr_t);
 typedef struct redist_options_s {
     size_t struct_size;
     int32_t version;

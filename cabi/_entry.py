@@ -35,6 +35,7 @@ _MAX_FIELDS = 1024  # a larger nfields is garbage (the arrays would be read past
 _CACHE_MAX = 16
 
 _handles: dict = {}  # id -> _Handle
+_symmetric: dict = {}  # address -> the uint8 array of redist_allocate_symmetric_memory (what keeps it mapped)
 _no_replay: set = set()  # ids whose compiled replays could not be built (_offer_replay)
 _next_id = 1
 _owns_mpi = False  # redist initialized MPI (the application had not): redist_finalize finalizes it
@@ -231,6 +232,7 @@ def _finalize():
             redist.finalize()
     finally:
         _handles.clear()
+        _symmetric.clear()  # unmapped: valid until redist_finalize (redist.h)
         if _owns_mpi and not _mpi_finalized:
             MPI = _mpi()
             if not MPI.Is_finalized():
@@ -247,6 +249,37 @@ def _comm_rank(rank_p, nranks_p):
         rank_p[0] = pg.rank
     if nranks_p:
         nranks_p[0] = pg.nranks
+    return 0
+
+
+def _heap():
+    if not redist.is_initialized():
+        raise E.NotInitializedError("call redist_initialize() first")
+    from redist import _runtime
+
+    return _runtime.context().engine.host_heap()
+
+
+def _allocate_symmetric_memory(ptr_p, nbytes):
+    heap, failure = _heap(), None
+    if not ptr_p:
+        failure = E.InvalidValueError("ptr is NULL")
+    elif nbytes < 0:
+        failure = E.InvalidValueError(f"nbytes must be non-negative, got {nbytes}")
+    part = heap.allocate(max(int(nbytes), 0), make_symmetric=True, failure=failure)  # collective
+    ptr_p[0] = address = part.ctypes.data
+    _symmetric[address] = part
+    return 0
+
+
+def _free_symmetric_memory(ptr):
+    heap, failure = _heap(), None
+    part = _symmetric.get(int(ptr))
+    if part is None:
+        failure = E.InvalidValueError(f"the memory at 0x{int(ptr):x} was not allocated by "
+                                      "redist_allocate_symmetric_memory (or was freed already)")
+    heap.free([] if part is None else [(part.ctypes.data, part.nbytes)], failure=failure)  # collective
+    del _symmetric[int(ptr)]
     return 0
 
 
@@ -574,6 +607,8 @@ _BODIES = {
     "_redist_py_initialize": _initialize,
     "_redist_py_finalize": _finalize,
     "_redist_py_comm_rank": _comm_rank,
+    "_redist_py_allocate_symmetric_memory": _allocate_symmetric_memory,
+    "_redist_py_free_symmetric_memory": _free_symmetric_memory,
     "_redist_py_create": _create,
     "_redist_py_create_fields": _create_fields,
     "_redist_py_plan": _plan,

@@ -101,6 +101,7 @@ module redist
   public :: redist_reset_operand, redist_reset_operand_unchecked, redist_release_operand, redist_free
   public :: redist_graph, redist_get_error_string, redist_get_last_error, redist_version
   public :: redist_update_graph_exec, redist_release_captured
+  public :: redist_allocate_symmetric_memory, redist_free_symmetric_memory
   public :: redist_create_ex, redist_options_init_f, redist_options_result_order_f
   public :: redist_create_f, redist_string, redist_last_error_message, redist_error_message
   public :: redist_create_fields, redist_get_nfields, redist_execute_fields, redist_execute_fields_strided
@@ -133,6 +134,24 @@ module redist
       integer(c_int32_t), intent(out) :: nranks
       integer(c_int32_t) :: status
     end function redist_comm_rank
+
+    !> Collective: nbytes of host symmetric memory (shared with the other processes of this node),
+    !> for an out= the peers store into straight (host push). Map it with c_f_pointer(ptr, array, shape).
+    !> Valid until redist_free_symmetric_memory or redist_finalize.
+    function redist_allocate_symmetric_memory(ptr, nbytes) bind(C, name="redist_allocate_symmetric_memory") &
+        result(status)
+      import :: c_int32_t, c_int64_t, c_ptr
+      type(c_ptr), intent(out) :: ptr
+      integer(c_int64_t), value :: nbytes
+      integer(c_int32_t) :: status
+    end function redist_allocate_symmetric_memory
+
+    !> Collective: free memory of redist_allocate_symmetric_memory (the same allocation on every process).
+    function redist_free_symmetric_memory(ptr) bind(C, name="redist_free_symmetric_memory") result(status)
+      import :: c_int32_t, c_ptr
+      type(c_ptr), value :: ptr
+      integer(c_int32_t) :: status
+    end function redist_free_symmetric_memory
 
     !> Collective. C conventions: 0-based, half-open boxes [lower, upper); in_strides is
     !> c_null_ptr (dense in `order`) or c_loc of an integer(c_int64_t) array of element strides.

@@ -386,6 +386,31 @@ redist_status_t redist_update_graph_exec(redist_t handle, void *cuda_graph, void
  */
 redist_status_t redist_release_captured(redist_t handle);
 
+/**
+ * @brief `nbytes` of host symmetric memory: shared memory of this process that the other processes
+ * of its node map. Collective (every process calls it, the same number of times in the same order).
+ *
+ * Host memory, `push` method: an `out` there, dense in the handle's result order (as
+ * redist_execute() writes it; redist_execute_strided() with the result's strides too), is stored
+ * into straight by the other processes, one copy per element as into the engine-owned result, at
+ * every size and with every MPI; its calls replay in C like the others. Any other host memory works
+ * as `out` as well, through slower routes. The memory is zeroed and page-aligned; it stays valid
+ * until redist_free_symmetric_memory() or redist_finalize().
+ * @param ptr     out: the memory (NULL on failure).
+ * @param nbytes  this process's size (processes may ask for different sizes; 0 is allowed).
+ * @return ::REDIST_ERROR_INVALID_VALUE on every process when one passes a negative size or a
+ *         NULL `ptr`; ::REDIST_ERROR_NOT_SUPPORTED when the shared-memory file system is full.
+ */
+redist_status_t redist_allocate_symmetric_memory(void **ptr, int64_t nbytes);
+
+/**
+ * @brief Free memory of redist_allocate_symmetric_memory(). Collective: every process frees its
+ * part of the same allocation (the same calls in the same order).
+ * @return ::REDIST_ERROR_INVALID_VALUE on every process when one passes memory not allocated so
+ *         (or already freed), or another allocation than the others; nothing is freed then.
+ */
+redist_status_t redist_free_symmetric_memory(void *ptr);
+
 /** @brief Static text describing a status code ("unknown status" for others). */
 const char *redist_get_error_string(redist_status_t status);
 

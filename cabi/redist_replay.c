@@ -11,11 +11,16 @@
  * redist_execute / redist_execute_fields of that handle with that binding (and no stream, no
  * strides) runs it here:
  *
+ *   0. the words this rank publishes for its peers (the out= in host symmetric memory it wants
+ *      their data in: its segment's header), written;
  *   1. the status round (engine/host/status.py): start the persistent status receives and
  *      sends of this rank's code, wait for the receives. If every peer said the same code,
  *      go on; otherwise the Python side binds the replay's operands and out= and finishes the
  *      call from what was heard (_redist_py_resume: a failed peer raises there on every rank,
  *      exactly as if the call had run in Python);
+ *      The replay's checks come next: words its peers wrote before their status (where a peer
+ *      wants its data: the out= in host symmetric memory it published), each compared with the
+ *      value the replay was made for; one that differs also hands the call back to Python;
  *   2. start the arrival receives, run the copies into the peers' memory, start the arrival
  *      sends, run the local copies, wait for every request of the call, run the copies out of
  *      the landing area.
@@ -38,7 +43,7 @@
  * for when it initializes MPI).
  */
 
-#define REDIST_REPLAY_VERSION 1
+#define REDIST_REPLAY_VERSION 2
 #define REDIST_REPLAY_MAXDIM 32
 #define REDIST_REPLAY_BUCKETS 64
 #define REDIST_REPLAY_RESUME (-1) /* redist_replay_run: a peer said something else (heard[] holds it) */
@@ -77,6 +82,11 @@ typedef struct redist_replay {
     void *first, *arrival_recvs, *arrival_sends, *finish; /* request handles, the MPI's width each */
     void *statuses;                                        /* max(nothers, nfinish) MPI_Status */
     int32_t *heard;                                        /* [nothers]: the peers' codes */
+    int32_t nsets, nchecks;
+    volatile uint64_t **set_at;         /* [nsets]: words of this rank's segment ... */
+    uint64_t *set_value;                /* ... and what this binding publishes there */
+    const volatile uint64_t **check_at; /* [nchecks]: words in the peers' segments ... */
+    uint64_t *check_value;              /* ... and what they held when the replay was made */
     int32_t ncopies[REDIST_COPY_PHASES];
     redist_copy_t *copies[REDIST_COPY_PHASES];
 } redist_replay_t;
@@ -121,6 +131,10 @@ static void redist_replay_delete(redist_replay_t *rp)
     free(rp->finish);
     free(rp->statuses);
     free(rp->heard);
+    free((void *)rp->set_at);
+    free(rp->set_value);
+    free((void *)rp->check_at);
+    free(rp->check_value);
     for (k = 0; k < REDIST_COPY_PHASES; k++)
         free(rp->copies[k]);
     free(rp);
@@ -399,12 +413,13 @@ static int redist_replay_add(intptr_t handle, int32_t fields, int32_t lazy, redi
 /*
  * Add a replay of `handle` for `outs` (the call just made, with `results`). `words` (engine/host/replay.py):
  *   version, startall, waitall, error_string, request width, status size, tag offset, tag base, code,
- *   nothers, nfirst, narrival_recvs, narrival_sends, nfinish, lazy; the operands [nfields]; then that
- *   many request handles of first, arrival_recvs, arrival_sends, finish; then per copy phase: its
- *   count, then per copy dst, src, run, ndim, shape[ndim], dst_strides[ndim], src_strides[ndim].
+ *   nothers, nfirst, narrival_recvs, narrival_sends, nfinish, lazy, nsets, nchecks; the operands
+ *   [nfields]; then that many request handles of first, arrival_recvs, arrival_sends, finish; nsets
+ *   and then nchecks pairs (address, value); then per copy phase: its count, then per copy dst, src,
+ *   run, ndim, shape[ndim], dst_strides[ndim], src_strides[ndim].
  * Returns 0, or -1 (malformed words, no memory: nothing added; such calls go through Python).
  */
-#define REDIST_REPLAY_HEADER 15
+#define REDIST_REPLAY_HEADER 17
 static int _redist_set_replay(intptr_t handle, int32_t fields, int32_t nfields, const uintptr_t *outs,
                               const uintptr_t *results, const int64_t *words, int64_t nwords)
 {
@@ -444,13 +459,17 @@ static int _redist_set_replay(intptr_t handle, int32_t fields, int32_t nfields, 
     rp->narrival_sends = (int32_t)words[12];
     rp->nfinish = (int32_t)words[13];
     lazy = words[14] != 0;
+    rp->nsets = (int32_t)words[15];
+    rp->nchecks = (int32_t)words[16];
     for (f = 0; f < nfields; f++)
         rp->operands[f] = (uintptr_t)words[REDIST_REPLAY_HEADER + f];
     at = REDIST_REPLAY_HEADER + nfields;
     if (rp->startall == NULL || rp->waitall == NULL || rp->error_string == NULL || (width != 4 && width != 8) ||
         rp->status_size < 4 || rp->tag_offset < 0 || rp->tag_offset + 4 > rp->status_size || rp->nothers < 0 ||
         rp->nfirst < rp->nothers || rp->narrival_recvs < 0 || rp->narrival_sends < 0 || rp->nfinish < 0 ||
-        nwords - at < (int64_t)rp->nfirst + rp->narrival_recvs + rp->narrival_sends + rp->nfinish)
+        words[15] < 0 || words[15] > nwords || words[16] < 0 || words[16] > nwords ||
+        nwords - at < (int64_t)rp->nfirst + rp->narrival_recvs + rp->narrival_sends + rp->nfinish +
+                          2 * (words[15] + words[16]))
         goto bad;
     rp->first = redist_replay_requests(words + at, rp->nfirst, width);
     at += rp->nfirst;
@@ -460,6 +479,24 @@ static int _redist_set_replay(intptr_t handle, int32_t fields, int32_t nfields, 
     at += rp->narrival_sends;
     rp->finish = redist_replay_requests(words + at, rp->nfinish, width);
     at += rp->nfinish;
+    rp->set_at = calloc((size_t)(rp->nsets > 0 ? rp->nsets : 1), sizeof *rp->set_at);
+    rp->set_value = calloc((size_t)(rp->nsets > 0 ? rp->nsets : 1), sizeof *rp->set_value);
+    rp->check_at = calloc((size_t)(rp->nchecks > 0 ? rp->nchecks : 1), sizeof *rp->check_at);
+    rp->check_value = calloc((size_t)(rp->nchecks > 0 ? rp->nchecks : 1), sizeof *rp->check_value);
+    if (rp->set_at == NULL || rp->set_value == NULL || rp->check_at == NULL || rp->check_value == NULL)
+        goto bad;
+    for (i = 0; i < rp->nsets; i++) {
+        rp->set_at[i] = (volatile uint64_t *)(uintptr_t)words[at++];
+        rp->set_value[i] = (uint64_t)words[at++];
+        if (rp->set_at[i] == NULL)
+            goto bad;
+    }
+    for (i = 0; i < rp->nchecks; i++) {
+        rp->check_at[i] = (const volatile uint64_t *)(uintptr_t)words[at++];
+        rp->check_value[i] = (uint64_t)words[at++];
+        if (rp->check_at[i] == NULL)
+            goto bad;
+    }
     nstat = rp->nothers > rp->nfinish ? rp->nothers : rp->nfinish;
     rp->statuses = calloc((size_t)(nstat > 0 ? nstat : 1), (size_t)rp->status_size);
     rp->heard = calloc((size_t)(rp->nothers > 0 ? rp->nothers : 1), sizeof(int32_t));
@@ -574,6 +611,8 @@ static int redist_replay_run(redist_replay_t *rp)
 {
     int rc, same = 1;
     int32_t i;
+    for (i = 0; i < rp->nsets; i++) /* read by the peers after my status (MPI orders it) */
+        *rp->set_at[i] = rp->set_value[i];
     if ((rc = rp->startall(rp->nfirst, rp->first)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
     if ((rc = rp->waitall(rp->nothers, rp->first, rp->statuses)) != 0)
@@ -584,6 +623,8 @@ static int redist_replay_run(redist_replay_t *rp)
         rp->heard[i] = tag - rp->tag_base;
         same &= rp->heard[i] == rp->code;
     }
+    for (i = 0; same && i < rp->nchecks; i++) /* the peers wrote these before their status */
+        same = *rp->check_at[i] == rp->check_value[i];
     if (!same)
         return REDIST_REPLAY_RESUME;
     if (rp->narrival_recvs && (rc = rp->startall(rp->narrival_recvs, rp->arrival_recvs)) != 0)

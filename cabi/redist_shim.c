@@ -63,6 +63,8 @@ static int32_t _redist_py_resume(intptr_t, int32_t, const int32_t *, int32_t, co
 static int32_t _redist_py_initialize(int32_t, int32_t);
 static int32_t _redist_py_finalize(void);
 static int32_t _redist_py_comm_rank(int32_t *, int32_t *);
+static int32_t _redist_py_allocate_symmetric_memory(uintptr_t *, int64_t);
+static int32_t _redist_py_free_symmetric_memory(uintptr_t);
 /* Arrays of pointers (operands, outs, results: void *const *, void **) reach Python as uintptr_t arrays. */
 _Static_assert(sizeof(void *) == sizeof(uintptr_t), "pointer arrays are passed as uintptr_t arrays");
 typedef int32_t (*redist_py_create_t)(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
@@ -304,6 +306,25 @@ CFFI_DLLEXPORT redist_status_t redist_comm_rank(int32_t *rank, int32_t *nranks)
 {
     REDIST_ENSURE_PYTHON();
     return (redist_status_t)_redist_py_comm_rank(rank, nranks);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_allocate_symmetric_memory(void **ptr, int64_t nbytes)
+{
+    uintptr_t got = 0;
+    int32_t st;
+    if (ptr != NULL)
+        *ptr = NULL;
+    REDIST_ENSURE_PYTHON();
+    st = _redist_py_allocate_symmetric_memory(ptr != NULL ? &got : NULL, nbytes);
+    if (ptr != NULL && st == REDIST_SUCCESS)
+        *ptr = (void *)got;
+    return (redist_status_t)st;
+}
+
+CFFI_DLLEXPORT redist_status_t redist_free_symmetric_memory(void *ptr)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_free_symmetric_memory((uintptr_t)ptr);
 }
 
 /* The one body of redist_create, redist_create_ex (one array: nfields 1) and redist_create_fields

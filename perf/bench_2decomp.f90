@@ -19,7 +19,9 @@
 ! that every transpose writes every element; every timed iteration's result is checked too. Before
 ! each library's timed call, untimed, the same for both (BENCH_BETWEEN, environment): its destination
 ! is poisoned with -1 (unset or "poison"), then each rank writes BENCH_EVICT_MIB (default 32) MiB of
-! its own ("evict"), or nothing is done ("nothing"). Rank 0
+! its own ("evict"), or nothing is done ("nothing"). BENCH_SYMMETRIC=1 (environment) puts every
+! array (both libraries use the same ones) in redist's host symmetric memory
+! (redist_allocate_symmetric_memory): redist's peers then store straight into them. Rank 0
 ! prints one line per case and library:
 !   2DECOMP&FFT <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
 !   redist-f90 <real8|complex8> N P_ROW P_COL <x2y|y2z|z2y|y2x> <median ms> <min ms> <T|F>
@@ -28,7 +30,7 @@
 ! With a fifth argument "boxes" every rank prints its pencils as 0-based half-open boxes instead,
 ! "rank R X lo0 lo1 lo2 hi0 hi1 hi2" (and Y, Z), to compare with bench_pencils.c's layout.
 program bench_2decomp
-   use, intrinsic :: iso_c_binding, only: c_int32_t, c_int64_t, c_loc, c_null_ptr, c_ptr
+   use, intrinsic :: iso_c_binding, only: c_f_pointer, c_int32_t, c_int64_t, c_loc, c_null_ptr, c_ptr
    use mpi
    use decomp_2d
    use decomp_2d_constants
@@ -39,8 +41,9 @@ program bench_2decomp
    character(len=3), parameter :: names(4) = ['x2y', 'y2z', 'z2y', 'y2x']
    integer :: n, prow, pcol, iters, ierr, rank, k, cplx
    character(len=32) :: arg
-   real(8), allocatable, target :: rx(:, :, :), ry(:, :, :), rz(:, :, :)
-   complex(8), allocatable, target :: cx(:, :, :), cy(:, :, :), cz(:, :, :)
+   real(8), pointer, contiguous :: rx(:, :, :), ry(:, :, :), rz(:, :, :)
+   complex(8), pointer, contiguous :: cx(:, :, :), cy(:, :, :), cz(:, :, :)
+   logical :: symmetric
    real(8), allocatable :: times(:, :), rtimes(:, :)
    logical :: good(4), rgood(4)
    type(redist_t) :: handles(4)
@@ -70,6 +73,8 @@ program bench_2decomp
    evict_mib = 32
    if (k == 0) read (arg, *) evict_mib
    if (evict) allocate (junk(evict_mib*1024*1024))
+   call get_environment_variable('BENCH_SYMMETRIC', arg, status=k)
+   symmetric = k == 0 .and. arg == '1'  ! every array in redist's host symmetric memory
    decomp_log = D2D_LOG_QUIET
    call decomp_2d_init(n, n, n, prow, pcol, complex_pool=.true.)  ! work buffers for complex(8) too
    call need(redist_initialize(int(MPI_COMM_WORLD, c_int32_t), REDIST_DEVICE_NONE), 'redist_initialize')
@@ -83,12 +88,21 @@ program bench_2decomp
    end if
 
    allocate (times(iters, 4), rtimes(iters, 4))
-   allocate (rx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
-   allocate (ry(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
-   allocate (rz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
-   allocate (cx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
-   allocate (cy(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
-   allocate (cz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
+   if (symmetric) then
+      call real_array(rx, xstart, xend)
+      call real_array(ry, ystart, yend)
+      call real_array(rz, zstart, zend)
+      call complex_array(cx, xstart, xend)
+      call complex_array(cy, ystart, yend)
+      call complex_array(cz, zstart, zend)
+   else
+      allocate (rx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
+      allocate (ry(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
+      allocate (rz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
+      allocate (cx(xstart(1):xend(1), xstart(2):xend(2), xstart(3):xend(3)))
+      allocate (cy(ystart(1):yend(1), ystart(2):yend(2), ystart(3):yend(3)))
+      allocate (cz(zstart(1):zend(1), zstart(2):zend(2), zstart(3):zend(3)))
+   end if
    call fill_real(rx)
    call fill_complex(cx)
    do cplx = 0, 1
@@ -108,13 +122,50 @@ program bench_2decomp
          call need(redist_free(handles(k)), 'redist_free')
       end do
    end do
-   deallocate (rx, ry, rz, cx, cy, cz)
+   if (symmetric) then
+      call need(redist_free_symmetric_memory(c_loc(rx)), 'redist_free_symmetric_memory')
+      call need(redist_free_symmetric_memory(c_loc(ry)), 'redist_free_symmetric_memory')
+      call need(redist_free_symmetric_memory(c_loc(rz)), 'redist_free_symmetric_memory')
+      call need(redist_free_symmetric_memory(c_loc(cx)), 'redist_free_symmetric_memory')
+      call need(redist_free_symmetric_memory(c_loc(cy)), 'redist_free_symmetric_memory')
+      call need(redist_free_symmetric_memory(c_loc(cz)), 'redist_free_symmetric_memory')
+   else
+      deallocate (rx, ry, rz, cx, cy, cz)
+   end if
 
    call need(redist_finalize(), 'redist_finalize')
    call decomp_2d_finalize()
    call MPI_Finalize(ierr)
 
 contains
+
+   ! BENCH_SYMMETRIC=1: a pencil in host symmetric memory (redist_allocate_symmetric_memory), where
+   ! redist's peers store straight into it; 2DECOMP&FFT reads and writes the same arrays
+   function pencil_memory(lo, hi, isz, count) result(p)
+      integer, intent(in) :: lo(3), hi(3), isz
+      integer(c_int64_t), intent(out) :: count
+      type(c_ptr) :: p
+      count = product(int(hi - lo + 1, c_int64_t))
+      call need(redist_allocate_symmetric_memory(p, isz*count), 'redist_allocate_symmetric_memory')
+   end function pencil_memory
+
+   subroutine real_array(a, lo, hi)
+      real(8), pointer, contiguous, intent(out) :: a(:, :, :)
+      integer, intent(in) :: lo(3), hi(3)
+      real(8), pointer, contiguous :: flat(:)
+      integer(c_int64_t) :: count
+      call c_f_pointer(pencil_memory(lo, hi, 8, count), flat, [count])
+      a(lo(1):hi(1), lo(2):hi(2), lo(3):hi(3)) => flat
+   end subroutine real_array
+
+   subroutine complex_array(a, lo, hi)
+      complex(8), pointer, contiguous, intent(out) :: a(:, :, :)
+      integer, intent(in) :: lo(3), hi(3)
+      complex(8), pointer, contiguous :: flat(:)
+      integer(c_int64_t) :: count
+      call c_f_pointer(pencil_memory(lo, hi, 16, count), flat, [count])
+      a(lo(1):hi(1), lo(2):hi(2), lo(3):hi(3)) => flat
+   end subroutine complex_array
 
    ! the global (0-based, column-major) index of element (i, j, k), 1-based global coordinates
    pure real(8) function gidx(i, j, k)

@@ -164,16 +164,21 @@ int main(int argc, char **argv)
     size_t junk_bytes = (size_t)(getenv("BENCH_EVICT_MIB") ? atoi(getenv("BENCH_EVICT_MIB")) : 32) << 20;
     unsigned char *junk = evict ? malloc(junk_bytes) : NULL;
     double *t = malloc(sizeof(double) * iters);
+    /* BENCH_SYMMETRIC=1: the pencils in host symmetric memory (the peers store straight into out=) */
+    int symmetric = getenv("BENCH_SYMMETRIC") && !strcmp(getenv("BENCH_SYMMETRIC"), "1");
     if (rank == 0)
         printf("# redist pencil transposes from C: N=%lld, %d x %d grid (P=%d), median (min) ms of %d iterations, "
-               "slowest rank; before each call: %s\n| elements | transpose | into out= | engine-owned | out= / owned | %s |\n"
+               "slowest rank; before each call: %s%s\n| elements | transpose | into out= | engine-owned | out= / owned | %s |\n"
                "|---|---|---|---|---|---|\n", (long long)n, prow, pcol, nranks, iters,
-               between, peer_file ? "peer | out= / peer" : "-");
+               between, symmetric ? "; out= in host symmetric memory" : "", peer_file ? "peer | out= / peer" : "-");
     for (int cplx = 0; cplx < 2; cplx++) {
         int64_t isz = cplx ? 16 : 8;
         void *arr[3];
         for (int p = 0; p < 3; p++)
-            arr[p] = calloc((size_t)volume(lo[p], hi[p]) + 1, (size_t)isz);
+            if (symmetric)
+                NEED(redist_allocate_symmetric_memory(&arr[p], (volume(lo[p], hi[p]) + 1) * isz));
+            else
+                arr[p] = calloc((size_t)volume(lo[p], hi[p]) + 1, (size_t)isz);
         fill(arr[0], cplx, lo[0], hi[0]);
         redist_t h[4];
         for (int k = 0; k < 4; k++) {
@@ -236,7 +241,10 @@ int main(int argc, char **argv)
         for (int k = 0; k < 4; k++)
             NEED(redist_free(h[k]));
         for (int p = 0; p < 3; p++)
-            free(arr[p]);
+            if (symmetric)
+                NEED(redist_free_symmetric_memory(arr[p]));
+            else
+                free(arr[p]);
     }
     free(t);
     free(junk);

@@ -215,7 +215,9 @@ class PushExecutable:
         self._heap = ctx.host_heap()
         self._out_shared = False  # every bound out= is in host symmetric memory, laid out like its result
         self._kinds_generation = -1  # the heap's generation when the out= were last classified
+        self._kinds: list[int] = []  # the header's kinds of my targets (direct calls)
         self._shared: OrderedDict = OrderedDict()  # (operands, destination, its header) -> peer pairs into it
+        self._seen: dict = {}  # send -> (key, pairs) of _shared that the last call used
         self._shared_generation = self._heap.generation
         # direct copies (cross-memory attach) of calls with an out=: decided here, collectively
         self._operand_words = None if self._landing else self._head.operands
@@ -280,8 +282,7 @@ class PushExecutable:
             b is None or _same_layout(b, r) for b, r in zip(self._outs, self.results)))
         if self._out_direct:  # read by the peers once my status says direct (no call of mine is running)
             self._targets = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)]
-            self._head.targets[:] = self._targets
-            self._head.kinds[:] = kinds
+            self._kinds = kinds
         if not self._landing and out and self._inner is None and not self._out_direct:
             self._inner = self._make_inner()  # bound to every out=
 
@@ -313,6 +314,7 @@ class PushExecutable:
         self._landed.clear()
         self._replays.clear()
         self._shared.clear()
+        self._seen.clear()
         self._pairs = self._land_pairs = None
         for copy in self._writes:
             if copy is not None:
@@ -371,6 +373,7 @@ class PushExecutable:
         heap, dst = self._heap, self._fields[0].sends[send].dst
         if heap.generation != self._shared_generation:  # allocations were freed: views into them go
             self._shared.clear()
+            self._seen.clear()
             self._shared_generation = heap.generation
         head = self._heads[dst]
         key = (tuple(self._in_ptrs), send, head.targets.tobytes(), head.kinds.tobytes())
@@ -390,6 +393,7 @@ class PushExecutable:
             while len(self._shared) > CACHE_SIZE * max(1, len(self._send_codes)):  # per send
                 self._shared.popitem(last=False)
         self._shared.move_to_end(key)
+        self._seen[send] = (key, hit)  # what this call read (replay(): the peer may publish others once it returns)
         return hit
 
     def _land_key(self) -> tuple:
@@ -439,6 +443,9 @@ class PushExecutable:
             self._classify_outs()
             self._land_pairs = self._landed.get(self._land_key()) if self._landing or self._out_direct else None
         direct = out and self._out_direct
+        if direct:  # published again by every call: a compiled replay of another binding may have run since
+            self._head.targets[:] = self._targets
+            self._head.kinds[:] = self._kinds
         stale = self._inner is None  # a rank without its messages builds them after the round: agreed again
         if problem is None:
             problem = self._prepare()
@@ -507,21 +514,41 @@ class PushExecutable:
     def replay(self, forget: Callable[[], None]) -> np.ndarray | None:
         """The next execute() of this binding, as words for the C ABI's compiled replay
         (engine/host/replay.py, cabi/redist_replay.c): the status round of this rank's code and,
-        where every peer says the same, the stores of :meth:`_store` (no out=) or :meth:`_land`;
-        a peer saying anything else hands the call back to :meth:`resume`. None where the call
-        takes another route (direct copies, messages, more than COMPLETE_MAX ranks) or is not
+        where every peer says the same, the stores of :meth:`_store` (no out=), :meth:`_land` (a
+        private out=, small exchanges) or, for an out= in host symmetric memory, the plain stores
+        into the peers' published targets (checked: a peer that published others hands the call
+        back); a peer saying anything else hands the call back to :meth:`resume`. None where the call
+        takes another route (cross-memory copies, messages, more than COMPLETE_MAX ranks) or is not
         ready. ``forget()`` is called when the words stop being valid (:meth:`free`,
-        :meth:`release_input`, and when the inner messages are made: the codes change). Local."""
-        out = self._has_out
+        :meth:`release_input`, when the inner messages are made: the codes change, and when host
+        symmetric memory is freed). Local."""
+        out, shared = self._has_out, self._has_out and self._out_shared
         if (self._freed or not self._bound or not self._complete or self._pairs is None
-                or out and (not self._landing or self._out_direct or self._land_pairs is None)):
+                or out and (self._land_pairs is None or not shared and (not self._landing or self._out_direct))):
             return None
         stale = self._inner is None
-        code = WELL + out * _OUT + stale * _STALE
-        key = (code, self._land_key() if out else tuple(self._in_ptrs))  # the land key holds the operands too
+        code = (_SHARED_STALE if stale else _SHARED) if shared else WELL + out * _OUT + stale * _STALE
+        checks: tuple = ()
+        sets: tuple = ()
+        if shared:  # the peers' targets as the last call read them (it stored there): checked by the words
+            seen = [self._seen.get(i) for i in range(len(self._send_codes))]
+            if any(hit is None or hit[0][0] != tuple(self._in_ptrs) for hit in seen):
+                return None  # a send the last call did not store straight: no words this time
+            checks = tuple((words.ctypes.data + 8 * f, int(value))
+                           for t, ((_, _, targets, kinds), _) in zip(self._fields[0].sends, seen)  # type: ignore[misc]
+                           for words, values in ((self._heads[t.dst].targets, targets), (self._heads[t.dst].kinds, kinds))
+                           for f, value in enumerate(np.frombuffer(values, np.uint64)))
+            # and mine, published again by each replayed call (a replay of another binding may run between)
+            sets = tuple((words.ctypes.data + 8 * f, int(words[f])) for words in (self._head.targets, self._head.kinds)
+                         for f in range(self.nfields))
+        key = (code, self._land_key() if out else tuple(self._in_ptrs), checks)  # the land key holds the operands
         hit = self._replays.get(key)
         if hit is None:
-            if out:
+            if shared:
+                peers = [pair for _, pairs in seen for pair in pairs]  # type: ignore[union-attr]
+                local, after = self._land_pairs[0], ()
+                self._heap.watch(self)
+            elif out:
                 (local, after), peers = self._land_pairs, self._pairs[4]
             else:
                 local, peers, after = self._pairs[0], self._pairs[1], ()
@@ -529,7 +556,8 @@ class PushExecutable:
             # no peer reads this rank's operand addresses: the C side may rebind them without Python
             hit = self._replays[key] = replay_words(self._MPI, st.first[code], len(st.recvs), st.base, code,
                                                     self._arrival_recvs, self._arrival_sends, self._finish[code],
-                                                    (peers, local, after), self._in_ptrs, self._operand_words is None)
+                                                    (peers, local, after), self._in_ptrs, self._operand_words is None,
+                                                    checks, sets)
             while len(self._replays) > CACHE_SIZE:
                 self._replays.popitem(last=False)
         self._replays.move_to_end(key)
@@ -541,6 +569,11 @@ class PushExecutable:
         if self._forget is not None:
             self._forget()
             self._forget = None
+
+    def heap_freed(self) -> None:
+        """Host symmetric memory was freed (HostHeap.watch): replays that store into it go."""
+        self._forget_replays()
+        self._replays.clear()
 
     def resume(self, code: int, heard: Sequence[int]) -> None:
         """Collective: the rest of a replayed call (bound again as it was made) whose status round,
@@ -697,6 +730,7 @@ class PushExecutable:
         self._writes, self._reads, self._targets = [], [], []
         self._head, self._heads, self._operand_words = None, {}, None
         self._shared.clear()
+        self._seen.clear()
         self._outs = [None] * self.nfields
         self._in_owners = [None] * self.nfields
         self._peer_ptr, self._peer_segments = {}, {}

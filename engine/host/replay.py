@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Words for the C ABI's compiled replay of a host call (``cabi/redist_replay.c`` runs them).
 
-A replay is the status round of :class:`.status.StatusRound` for one code, then three phases of
-copies with the arrival requests between them (see :func:`words`). It holds raw addresses and
+A replay is the status round of :class:`.status.StatusRound` for one code, a check of words the
+peers published, then three phases of copies with the arrival requests between them (see
+:func:`words`). It holds raw addresses and
 MPI request handles, so it is valid only while the executable's binding and requests are: the
 executable tells its holder to forget it when they change (:meth:`.push.PushExecutable.replay`).
 Built once per binding, never per call.
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["VERSION", "copy_words", "words"]
 
 #: cabi/redist_replay.c's REDIST_REPLAY_VERSION
-VERSION = 1
+VERSION = 2
 #: cabi/redist_replay.c's REDIST_REPLAY_MAXDIM: a copy of more outer dimensions is not replayed
 MAXDIM = 32
 _calls: dict = {}  # the MPI module -> (Startall, Waitall, Error_string addresses, request width, status size, tag offset)
@@ -87,23 +88,29 @@ def copy_words(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[int]:
 def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code: int,
           arrival_recvs: Sequence[MPI.Prequest], arrival_sends: Sequence[MPI.Prequest],
           finish: Sequence[MPI.Prequest], phases: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
-          operands: Sequence[int], lazy: bool) -> np.ndarray:
+          operands: Sequence[int], lazy: bool, checks: Sequence[tuple[int, int]] = (),
+          sets: Sequence[tuple[int, int]] = ()) -> np.ndarray:
     """One call with the operands at ``operands`` (per field; the replay's key with the caller's
     out=), as cabi/redist_replay.c runs it (``lazy``: the C side may rebind the operands to those
     of another of its replays without telling Python first):
 
+    0. each ``(address, value)`` of ``sets`` written (64 bits: what this rank publishes for its peers,
+       where it wants their data);
     1. ``MPI_Startall(first)`` (the ``nothers`` status receives, then this rank's sends of ``code``),
-       ``MPI_Waitall`` on the receives; unless every tag is ``tag_base + code``, the rest of the
-       call goes back to Python (with the codes heard);
+       ``MPI_Waitall`` on the receives; unless every tag is ``tag_base + code`` and every
+       ``(address, value)`` of ``checks`` holds that 64-bit value (words the peers wrote before
+       their status: where they want their data), the rest of the call goes back to Python (with
+       the codes heard);
     2. start ``arrival_recvs``; the copies of ``phases[0]`` (into the peers' memory); start
        ``arrival_sends``; the copies of ``phases[1]``; ``MPI_Waitall(finish)``; the copies of
        ``phases[2]``.
     """
     startall, waitall, error_string, width, status_size, tag_offset = _mpi_calls(MPI)
     head = [VERSION, startall, waitall, error_string, width, status_size, tag_offset, tag_base, code, nothers,
-            len(first), len(arrival_recvs), len(arrival_sends), len(finish), int(lazy), *operands]
+            len(first), len(arrival_recvs), len(arrival_sends), len(finish), int(lazy), len(sets), len(checks),
+            *operands]
     body = [*_handles(MPI, first), *_handles(MPI, arrival_recvs), *_handles(MPI, arrival_sends),
-            *_handles(MPI, finish)]
+            *_handles(MPI, finish), *(w for pair in (*sets, *checks) for w in pair)]
     for pairs in phases:
         body += copy_words(pairs)
     return np.array([v - (1 << 64) if v >= 1 << 63 else v for v in head + body], np.int64)

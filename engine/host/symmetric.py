@@ -24,8 +24,9 @@ import itertools
 import mmap
 import os
 import secrets
+import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -65,6 +66,12 @@ def map_file(path: str, nbytes: int, create: bool, what: str = "host method 'pus
         os.close(fd)
 
 
+class Watcher(Protocol):
+    """What :meth:`HostHeap.watch` tells when allocations are freed."""
+
+    def heap_freed(self) -> None: ...
+
+
 @dataclass
 class _Allocation:
     """One collective allocation: this rank's mapping, every rank's address of its own part, and
@@ -92,7 +99,8 @@ class HostHeap:
         self._freed: set[int] = set()  # start addresses of freed own parts (double-free messages)
         self._node: list[bool] | None = None  # per rank: does it share this rank's node
         #: changes when allocations are freed: what caches views into the peers' parts checks
-        self.generation = 0
+        self.generation: int = 0
+        self._watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()  # told when allocations are freed (heap_freed())
 
     def allocate(self, nbytes: int, *, make_symmetric: bool = False, skip_symmetric_check: bool = False,
                  failure: BaseException | None = None) -> np.ndarray:
@@ -184,7 +192,18 @@ class HostHeap:
             del self._live[ident]
             self._freed.add(start)
         if idents:
-            self.generation += 1
+            self._changed()
+
+    def watch(self, holder: Watcher) -> None:
+        """Call ``holder.heap_freed()`` whenever allocations are freed (while ``holder`` lives): it
+        holds compiled stores into them (push's replays). Local."""
+        self._watchers.add(holder)
+
+    def _changed(self) -> None:
+        self.generation += 1
+        for holder in list(self._watchers):
+            holder.heap_freed()
+        self._watchers.clear()
 
     def _ident_of(self, start: int, nbytes: int) -> int:
         for alloc in self._live.values():
@@ -201,4 +220,4 @@ class HostHeap:
     def close(self) -> None:
         """Forget every allocation (local, redist.finalize): the owners' arrays stay valid while referenced."""
         self._live.clear()
-        self.generation += 1
+        self._changed()

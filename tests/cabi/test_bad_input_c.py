@@ -62,6 +62,13 @@ CASES = {
     "zero_strides_input_ok": (OK, None, "ok"),
     "initialize_twice": (IS, r"already initialized", None),
     "comm_rank_null_ok": (OK, None, None),
+    "symmetric_null_ptr_last": (IV, rf"redist_allocate_symmetric_memory: .*{LAST}: ptr is NULL", None),
+    "symmetric_negative_size_last": (IV, rf"{LAST}: nbytes must be non-negative, got -8", None),
+    "symmetric_free_private_last": (IV, rf"{LAST}: the memory at 0x[0-9a-f]+ was not allocated by "
+                                        "redist_allocate_symmetric_memory", "ok"),
+    "symmetric_free_twice": (IV, r"was not allocated by redist_allocate_symmetric_memory \(or was freed already\)",
+                             None),
+    "symmetric_out_ok": (OK, None, "ok"),
     "graph_on_host": (NS, r"graph\(\) is only available for CUDA execution", None),
     "update_graph_exec_on_host": (NS, r"update_captured\(\) is only available for CUDA execution", "ok"),
     "update_graph_exec_null": (IV, r"cuda_graph and cuda_graph_exec must not be NULL", None),

@@ -32,7 +32,7 @@ API = [
     "redist_create_fields", "redist_get_nfields", "redist_execute_fields", "redist_execute_fields_strided",
     "redist_reset_operands", "redist_reset_operands_unchecked", "redist_reset_operand_field",
     "redist_reset_operand_field_unchecked", "redist_update_graph_exec",
-    "redist_release_captured",
+    "redist_release_captured", "redist_allocate_symmetric_memory", "redist_free_symmetric_memory",
 ]
 
 

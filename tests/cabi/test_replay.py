@@ -46,7 +46,7 @@ def harness(tmp_path_factory):
 def header(h, operand: int) -> list[int]:
     """A replay's words up to its copies: no status round, no requests, one field at ``operand``."""
     return [replay.VERSION, h.harness_call(0), h.harness_call(1), h.harness_call(2), 8, 24, 4, 0, 1, 0, 0, 0, 0, 0,
-            0, operand]
+            0, 0, 0, operand]
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -85,3 +85,36 @@ def test_malformed_words_are_refused(harness):
     arr = np.array(good, np.int64)
     assert harness.harness_run(arr.ctypes.data, len(arr), 0) == 0
     assert a.tobytes() == b.tobytes()
+
+
+def test_checks_hand_the_call_back_when_a_published_word_changed(harness):
+    """A replay's checks (the words its peers published: where they want their data): while every
+    word holds the value the replay was made for, the copies run; one changed word hands the call
+    back (REDIST_REPLAY_RESUME, -1) with nothing written; a check of address 0 installs nothing."""
+    a, b = np.zeros(4, "V8"), np.ones(4, "V8")
+    published = np.array([7, 9], np.uint64)
+    head = header(harness, b.ctypes.data)
+    head[16] = 2  # nchecks
+    checks = [published.ctypes.data, 7, published.ctypes.data + 8, 9]
+    words = np.array(head + checks + [0, *replay.copy_words([(a, b)]), 0], np.int64)
+    published[1] = 10
+    assert harness.harness_run(words.ctypes.data, len(words), 0) == -1
+    assert not a.tobytes().strip(b"\0"), "a call handed back wrote"
+    published[1] = 9
+    assert harness.harness_run(words.ctypes.data, len(words), 0) == 0
+    assert a.tobytes() == b.tobytes()
+    bad = np.array(head + [0, 7, published.ctypes.data, 9] + [0, *replay.copy_words([(a, b)]), 0], np.int64)
+    assert harness.harness_run(bad.ctypes.data, len(bad), 0) == -2
+
+
+def test_sets_are_written_before_the_round(harness):
+    """A replay's sets (what this rank publishes: where it wants its peers' data) are written when it
+    runs, before the status round, also where a check then hands the call back."""
+    a, b = np.zeros(4, "V8"), np.ones(4, "V8")
+    mine, theirs = np.zeros(2, np.uint64), np.array([5], np.uint64)
+    head = header(harness, b.ctypes.data)
+    head[15], head[16] = 2, 1  # nsets, nchecks
+    pairs = [mine.ctypes.data, 11, mine.ctypes.data + 8, 12, theirs.ctypes.data, 6]
+    words = np.array(head + pairs + [0, *replay.copy_words([(a, b)]), 0], np.int64)
+    assert harness.harness_run(words.ctypes.data, len(words), 0) == -1  # the peer's word differs
+    assert mine.tolist() == [11, 12] and not a.tobytes().strip(b"\0")

@@ -340,6 +340,33 @@ int main(int argc, char **argv)
         RUN(redist_initialize(REDIST_COMM_WORLD, REDIST_DEVICE_NONE));
     } else if (strcmp(name, "comm_rank_null_ok") == 0) {
         RUN(redist_comm_rank(NULL, NULL));
+    } else if (strcmp(name, "symmetric_null_ptr_last") == 0) {
+        RUN(redist_allocate_symmetric_memory(last() ? NULL : &res, 64));
+    } else if (strcmp(name, "symmetric_negative_size_last") == 0) {
+        RUN(redist_allocate_symmetric_memory(&res, last() ? -8 : 64));
+    } else if (strcmp(name, "symmetric_free_private_last") == 0) {
+        void *mem = NULL;
+        redist_allocate_symmetric_memory(&mem, 64);
+        RUN(redist_free_symmetric_memory(last() ? (void *)a : mem));
+        if (st != REDIST_SUCCESS) /* nothing was freed anywhere: free it now, on every rank */
+            data = redist_free_symmetric_memory(mem) == REDIST_SUCCESS ? "ok" : "wrong";
+    } else if (strcmp(name, "symmetric_free_twice") == 0) {
+        void *mem = NULL;
+        redist_allocate_symmetric_memory(&mem, 64);
+        redist_free_symmetric_memory(mem);
+        RUN(redist_free_symmetric_memory(mem));
+    } else if (strcmp(name, "symmetric_out_ok") == 0) { /* the peers store straight into it; replayed */
+        void *mem = NULL;
+        planned(&h);
+        RUN(redist_allocate_symmetric_memory(&mem, (int64_t)(M * bn * sizeof(double))));
+        int good = st == REDIST_SUCCESS;
+        for (int step = 0; good && step < 4; step++) {
+            memset(mem, 0xff, (size_t)(M * bn) * sizeof(double));
+            good = redist_execute(h, NULL, mem, &res) == REDIST_SUCCESS && res == mem && columns_ok(mem);
+        }
+        data = good ? "ok" : "wrong";
+        redist_free(h);
+        RUN(redist_free_symmetric_memory(mem));
     } else if (strcmp(name, "graph_on_host") == 0) {
         void *g = NULL;
         planned(&h);

@@ -60,6 +60,7 @@ def load(libdir: str):
         "redist_plan": [vp, vp], "redist_execute": [vp, vp, vp, ctypes.POINTER(vp)],
         "redist_execute_fields": [vp, vp, ctypes.POINTER(vp), ctypes.POINTER(vp)],
         "redist_reset_operand_unchecked": [vp, vp], "redist_free": [vp],
+        "redist_allocate_symmetric_memory": [ctypes.POINTER(vp), ctypes.c_int64], "redist_free_symmetric_memory": [vp],
     }.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int32
@@ -100,13 +101,17 @@ class Counting:
 class Problem:
     """One handle: its boxes, operand, out= and the expected bytes per step."""
 
-    def __init__(self, env, lib, name, gshape, ins, outs, itemsize):
+    def __init__(self, env, lib, name, gshape, ins, outs, itemsize, symmetric=False):
         self.env, self.lib, self.name, self.gshape, self.itemsize = env, lib, name, gshape, itemsize
+        self.symmetric = symmetric  # every out= in host symmetric memory (redist_allocate_symmetric_memory)
+        self.allocated: list[int] = []
+        # calls with a private out= of the large exchange go as messages or cross-memory copies: Python
+        self.replays_out = symmetric or not name.startswith("large")
         me = env.rank
         self.inb, self.outb = ins[me], outs[me]
         self.a = np.zeros(tuple(h - l for l, h in zip(*self.inb)) + (itemsize,), np.uint8)
         self.b = np.zeros_like(self.a)  # a second operand (rebinding)
-        self.out = np.zeros(tuple(h - l for l, h in zip(*self.outb)) + (itemsize,), np.uint8)
+        self.out = self.new_out()
         self.handle = vp()
         lo, hi = bounds(self.inb)
         olo, ohi = bounds(self.outb)
@@ -116,6 +121,17 @@ class Problem:
         env.check(st == SUCCESS, f"{name}: redist_create_ex: {st} {lib.redist_get_last_error()}")
         st = lib.redist_plan(self.handle, None)
         env.check(st == SUCCESS, f"{name}: redist_plan: {st} {lib.redist_get_last_error()}")
+
+    def new_out(self) -> np.ndarray:
+        """An out= array of this rank's output box (collective when symmetric)."""
+        shape = tuple(h - l for l, h in zip(*self.outb)) + (self.itemsize,)
+        if not self.symmetric:
+            return np.zeros(shape, np.uint8)
+        ptr = vp()
+        st = self.lib.redist_allocate_symmetric_memory(ctypes.byref(ptr), int(np.prod(shape)))
+        self.env.check(st == SUCCESS and ptr.value, f"{self.name}: redist_allocate_symmetric_memory: {st}")
+        self.allocated.append(ptr.value)
+        return np.ctypeslib.as_array((ctypes.c_uint8 * int(np.prod(shape))).from_address(ptr.value)).reshape(shape)
 
     def fill(self, step, into=None):
         (self.a if into is None else into)[...] = global_bytes(self.gshape, self.itemsize, seed=step)[sl(self.inb)]
@@ -143,7 +159,7 @@ def steady(env, count, p, with_out: bool) -> None:
         got = p.out.reshape(-1) if with_out else p.result_bytes(res)
         env.check(not with_out or res == p.out.ctypes.data, f"{label}: result is not out=")
         env.check(np.array_equal(got, want), f"{label}, step {step}: wrong data")
-    if p.name != "large" or not with_out:  # large calls with an out= go as messages: always Python
+    if p.replays_out or not with_out:
         env.check(count.executes == 1, f"{label}: {count.executes} of {STEPS} calls entered Python (want 1)")
         env.check(count.resumes == 0, f"{label}: {count.resumes} replays went back to Python (want 0)")
 
@@ -161,7 +177,7 @@ def mixed(env, count, p) -> None:
         got = p.out.reshape(-1) if mine else p.result_bytes(res)
         env.check(np.array_equal(got, want), f"{p.name}, mixed step {step}: wrong data")
         env.check(mine or np.array_equal(p.out, before), f"{p.name}, mixed step {step}: an out= not passed changed")
-    env.check(env.comm.allreduce(count.resumes) > 0 or p.name == "large", f"{p.name}: no replay was resumed")
+    env.check(env.comm.allreduce(count.resumes) > 0 or not p.replays_out, f"{p.name}: no replay was resumed")
 
 
 def one_bad(env, p) -> None:
@@ -193,7 +209,7 @@ def rebind(env, count, p) -> None:
     run, neither the calls nor the rebinds enter Python, and each call reads the operand bound now.
     Rebound without Python, then a call Python makes (a new out=) or finishes (a rank without out=):
     Python reads the operand bound now too."""
-    other = np.zeros_like(p.out)
+    other = p.new_out()
     bindings = [(p.b, p.out), (p.a, p.out), (p.b, other), (p.a, other)]
     for rounds in range(3):
         count.reset()
@@ -203,7 +219,7 @@ def rebind(env, count, p) -> None:
             env.check(st == SUCCESS, f"{p.name}: reset_operand_unchecked: {st}")
             st, _, err = p.call(out.ctypes.data)
             env.check(st == SUCCESS and np.array_equal(out.reshape(-1), want), f"{p.name}, binding {k}: {st} {err}")
-        if rounds and p.name != "large":  # every binding has a replay now (large: out= goes as messages)
+        if rounds and p.replays_out:  # every binding has a replay now
             env.check(count.executes == count.rebinds == 0,
                       f"{p.name}, round {rounds}: {count.executes} calls and {count.rebinds} rebinds entered Python")
     for step, (op, out) in enumerate(((p.b, np.zeros_like(p.out)), (p.a, p.out))):
@@ -254,7 +270,42 @@ def problems(env, lib) -> list[Problem]:
     made.append(Problem(env, lib, "reversed slabs", SHAPE, xs, xs[::-1], 8))
     made.append(Problem(env, lib, "nothing crosses", SHAPE, ys, ys, 12))
     made.append(Problem(env, lib, "large", LARGE, slab_boxes(LARGE, P, 0), slab_boxes(LARGE, P, 1), 8))
+    # out= in host symmetric memory: the peers store straight into it (replayed, large ones too)
+    made.append(Problem(env, lib, "slabs x->y, 8 B, symmetric out=", SHAPE, xs, ys, 8, symmetric=True))
+    made.append(Problem(env, lib, "large, symmetric out=", LARGE, slab_boxes(LARGE, P, 0), slab_boxes(LARGE, P, 1), 8,
+                        symmetric=True))
     return made
+
+
+def symmetric_freed(env, count, p) -> None:
+    """After redist_free_symmetric_memory of a peer's out= (and a new allocation there), the replays
+    that stored into it are gone: the calls are right, into the new memory; misuse on one rank
+    fails on every rank."""
+    for ptr in p.allocated:
+        env.check(p.lib.redist_free_symmetric_memory(ptr) == SUCCESS, f"{p.name}: redist_free_symmetric_memory")
+    p.allocated.clear()
+    p.out = p.new_out()
+    for step in range(3):
+        want = p.fill(70 + step)
+        st, _, err = p.call(p.out.ctypes.data)
+        env.check(st == SUCCESS and np.array_equal(p.out.reshape(-1), want), f"{p.name}, new out= {step}: {st} {err}")
+    bad = vp(p.a.ctypes.data if env.is_last() else p.allocated[0])
+    st = p.lib.redist_free_symmetric_memory(bad)
+    err = (p.lib.redist_get_last_error() or b"").decode()
+    every = env.comm.allgather(st)
+    env.check(set(every) == {INVALID_VALUE} and f"rank {env.P - 1}" in err,
+              f"{p.name}: one rank frees memory not allocated so: {every} {err}")
+    st = p.lib.redist_allocate_symmetric_memory(None if env.is_last() else ctypes.byref(vp()), 8)
+    every = env.comm.allgather(st)
+    env.check(set(every) == {INVALID_VALUE}, f"{p.name}: one rank passes ptr NULL: {every}")
+    st = p.lib.redist_allocate_symmetric_memory(ctypes.byref(vp()), -1 if env.is_last() else 8)
+    env.check(set(env.comm.allgather(st)) == {INVALID_VALUE}, f"{p.name}: one rank asks for -1 bytes")
+    want = p.fill(80)  # nothing was freed: still stored into straight, and replayed
+    count.reset()
+    for _ in range(3):
+        st, _, err = p.call(p.out.ctypes.data)
+        env.check(st == SUCCESS and np.array_equal(p.out.reshape(-1), want), f"{p.name}, after the misuse: {st} {err}")
+    env.check(count.executes <= 1, f"{p.name}: {count.executes} of 3 calls entered Python after the misuse")
 
 
 def fields(env, lib, count) -> None:
@@ -316,6 +367,8 @@ def main() -> int:
                 one_bad(env, p)
                 rebind(env, count, p)
                 lazy_then_failure(env, count, p)
+                if p.symmetric and cycle == 0:
+                    symmetric_freed(env, count, p)
                 if cycle == 0:
                     freed(env, p)
             fields(env, lib, count)
