@@ -532,7 +532,7 @@ class PushExecutable:
         sets: tuple = ()
         if shared:  # the peers' targets as the last call read them (it stored there): checked by the words
             seen = [self._seen.get(i) for i in range(len(self._send_codes))]
-            if any(hit is None or hit[0][0] != tuple(self._in_ptrs) for hit in seen):
+            if self._heap.generation != self._shared_generation or any(hit is None or hit[0][0] != tuple(self._in_ptrs) for hit in seen):
                 return None  # a send the last call did not store straight: no words this time
             checks = tuple((words.ctypes.data + 8 * f, int(value))
                            for t, ((_, _, targets, kinds), _) in zip(self._fields[0].sends, seen)  # type: ignore[misc]
