@@ -10,6 +10,9 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
 * ``result``  -- ``execute()``: the engine-owned result (push: peers store into it)
 * ``out=``    -- ``execute(out=...)`` alternating between two arrays of the caller (a double-
                  buffered time loop)
+* ``out= (one array)`` -- ``execute(out=...)`` into the same array every call: one destination, as
+                 the result has (where two arrays no longer fit in the caches, the difference
+                 between the two ``out=`` rows is the double buffer's, not the exchange's)
 * ``copy``    -- the floor of a local exchange: one numpy copy of this rank's output box
 * with ``--read``, also ``result, read`` and ``out=, read``: each call followed by what a time loop
   does next, reading what arrived (one numpy copy of it into a scratch array). A result stored by
@@ -145,9 +148,11 @@ def main() -> None:
 
             variants[f"{m} ({method}) result"] = result_call
             variants[f"{m} ({method}) out="] = out_call
+            variants[f"{m} ({method}) out= (one array)"] = lambda r=r, outs=outs: r.execute(out=outs[0])
             # the result variant's destination: what its last call returned
             destinations[f"{m} ({method}) result"] = lambda last=last: last["result"]
             destinations[f"{m} ({method}) out="] = lambda state=state, outs=outs: outs[state["i"] ^ 1]
+            destinations[f"{m} ({method}) out= (one array)"] = lambda outs=outs: outs[0]
             if args.read:
 
                 def result_read(r=r, last=last):
@@ -188,7 +193,7 @@ def main() -> None:
                 times[k].append(timed(fn, comm, calls[k], before_of(k)))
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         for k, v in med.items():
-            base = k.replace(" out=", " result")
+            base = k.replace(" out= (one array)", " result").replace(" out=", " result")
             rows.append(
                 {"n": n, "P": P, "variant": k, "ms": v, "vs_result": v / med[base] if base in med else None}
             )

@@ -192,6 +192,7 @@ class PushExecutable:
         zero = [z, 0, MPI.BYTE]
         others = [r for r in range(P) if r != me]
         self._send_codes = [others.index(t.dst) for t in plan.sends]  # where each destination's status is heard
+        self._send_range = range(len(plan.sends))
         self._arrival_recvs = [self.comm.Recv_init(zero, t.src, self._arrival_tag) for t in plan.recvs]
         self._arrival_sends = [self.comm.Send_init(zero, t.dst, self._arrival_tag) for t in plan.sends]
         arrivals = self._arrival_recvs + self._arrival_sends
@@ -215,7 +216,8 @@ class PushExecutable:
         self._heap = ctx.host_heap()
         self._out_shared = False  # every bound out= is in host symmetric memory, laid out like its result
         self._kinds_generation = -1  # the heap's generation when the out= were last classified
-        self._kinds: list[int] = []  # the header's kinds of my targets (direct calls)
+        self._published = np.zeros(0, np.uint64)  # direct calls: my header's targets and kinds
+        self._classes: OrderedDict = OrderedDict()  # (outs, heap state) -> _classify_outs's verdict
         self._shared: OrderedDict = OrderedDict()  # (operands, destination, its header) -> peer pairs into it
         self._seen: dict = {}  # send -> (key, pairs) of _shared that the last call used
         self._shared_generation = self._heap.generation
@@ -271,18 +273,27 @@ class PushExecutable:
     def _classify_outs(self) -> None:
         """Can the peers store straight into my out= (and how: header)? Where every out= is in host
         symmetric memory and laid out like its result, or, with cross-memory attach, laid out like
-        it. Again at a call after host symmetric memory was freed (the API binds an out= once)."""
-        out = self._has_out
-        # what each field's target is (the header's kinds): peers store into a result or host symmetric memory
-        kinds = [RESULT if b is None or b.size == 0 else self._heap.find(*b.address_range()) if _same_layout(b, r)
-                 else 0 for b, r in zip(self._outs, self.results)] if out and self._complete else []
-        self._kinds_generation = self._heap.generation
-        self._out_shared = out and self._complete and all(kinds)
-        self._out_direct = out and (self._out_shared or self._direct and all(
-            b is None or _same_layout(b, r) for b, r in zip(self._outs, self.results)))
+        it. Again at a call after host symmetric memory was freed (the API binds an out= once).
+        Cached per binding and state of the heap (a loop alternates between a few out= arrays)."""
+        out, heap = self._has_out, self._heap
+        key = (tuple(None if b is None else (b.ptr, b.strides, b.size) for b in self._outs), heap.generation,
+               heap.allocations)
+        hit = self._classes.get(key) if out else (False, False, [], None)
+        if hit is None:
+            # what each field's target is (the header's kinds): peers store into a result or host symmetric memory
+            kinds = [RESULT if b is None or b.size == 0 else heap.find(*b.address_range()) if _same_layout(b, r)
+                     else 0 for b, r in zip(self._outs, self.results)] if self._complete else []
+            shared = self._complete and all(kinds)
+            direct = shared or self._direct and all(b is None or _same_layout(b, r)
+                                                    for b, r in zip(self._outs, self.results))
+            targets = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)] if direct else []
+            hit = self._classes[key] = (shared, direct, targets, np.array(targets + kinds, np.uint64))
+            while len(self._classes) > CACHE_SIZE:
+                self._classes.popitem(last=False)
+        self._kinds_generation = heap.generation
+        self._out_shared, self._out_direct, targets, published = hit
         if self._out_direct:  # read by the peers once my status says direct (no call of mine is running)
-            self._targets = [(r if b is None else b).ptr for b, r in zip(self._outs, self.results)]
-            self._kinds = kinds
+            self._targets, self._published = targets, published
         if not self._landing and out and self._inner is None and not self._out_direct:
             self._inner = self._make_inner()  # bound to every out=
 
@@ -376,7 +387,7 @@ class PushExecutable:
             self._seen.clear()
             self._shared_generation = heap.generation
         head = self._heads[dst]
-        key = (tuple(self._in_ptrs), send, head.targets.tobytes(), head.kinds.tobytes())
+        key = (tuple(self._in_ptrs), send, head.published.tobytes())
         hit = self._shared.get(key)
         if hit is None:
             hit = []
@@ -444,8 +455,7 @@ class PushExecutable:
             self._land_pairs = self._landed.get(self._land_key()) if self._landing or self._out_direct else None
         direct = out and self._out_direct
         if direct:  # published again by every call: a compiled replay of another binding may have run since
-            self._head.targets[:] = self._targets
-            self._head.kinds[:] = self._kinds
+            self._head.published[:] = self._published
         stale = self._inner is None  # a rank without its messages builds them after the round: agreed again
         if problem is None:
             problem = self._prepare()
@@ -534,13 +544,11 @@ class PushExecutable:
             seen = [self._seen.get(i) for i in range(len(self._send_codes))]
             if self._heap.generation != self._shared_generation or any(hit is None or hit[0][0] != tuple(self._in_ptrs) for hit in seen):
                 return None  # a send the last call did not store straight: no words this time
-            checks = tuple((words.ctypes.data + 8 * f, int(value))
-                           for t, ((_, _, targets, kinds), _) in zip(self._fields[0].sends, seen)  # type: ignore[misc]
-                           for words, values in ((self._heads[t.dst].targets, targets), (self._heads[t.dst].kinds, kinds))
-                           for f, value in enumerate(np.frombuffer(values, np.uint64)))
+            checks = tuple((self._heads[t.dst].address + 8 * j, int(value))
+                           for t, ((_, _, published), _) in zip(self._fields[0].sends, seen)  # type: ignore[misc]
+                           for j, value in enumerate(np.frombuffer(published, np.uint64)))
             # and mine, published again by each replayed call (a replay of another binding may run between)
-            sets = tuple((words.ctypes.data + 8 * f, int(words[f])) for words in (self._head.targets, self._head.kinds)
-                         for f in range(self.nfields))
+            sets = tuple((self._head.address + 8 * j, int(value)) for j, value in enumerate(self._head.published))
         key = (code, self._land_key() if out else tuple(self._in_ptrs), checks)  # the land key holds the operands
         hit = self._replays.get(key)
         if hit is None:
@@ -612,13 +620,14 @@ class PushExecutable:
             unpack = ()
         if self._arrival_recvs:
             MPI.Prequest.Startall(self._arrival_recvs)
-        if heard is None:  # every rank said what I said
-            peers = self._pairs[4] if code not in _DIRECTS else self._stores([code] * len(self._status.recvs))
+        if heard is None:  # every rank said what I said (direct: every peer's out= is in host symmetric memory)
+            groups = [self._into_shared(i) for i in self._send_range] if code in _DIRECTS else (self._pairs[4],)
         else:
-            peers = self._stores(heard)
-        if peers:
-            for d, s in peers:
-                copyto(d, s, casting="no")
+            groups = (self._stores(heard),)
+        if any(groups):
+            for pairs in groups:
+                for d, s in pairs:
+                    copyto(d, s, casting="no")
             MPI.Prequest.Startall(self._arrival_sends)
         for d, s in local:
             copyto(d, s, casting="no")
@@ -795,6 +804,7 @@ class _Header:
         words = np.frombuffer(segment, np.uint64, self.words(nfields, nranks), offset)
         self.address: int = words.ctypes.data
         self.targets, self.kinds = words[:nfields], words[nfields:2 * nfields]
+        self.published = words[:2 * nfields]  # both: what a call into an out= publishes and its peers read
         self.probes, self.operands = words[2 * nfields:2 * nfields + nranks], words[2 * nfields + nranks:]
 
 

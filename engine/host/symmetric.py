@@ -100,6 +100,8 @@ class HostHeap:
         self._node: list[bool] | None = None  # per rank: does it share this rank's node
         #: changes when allocations are freed: what caches views into the peers' parts checks
         self.generation: int = 0
+        #: counts allocations made: a private address classified before may lie in a new one
+        self.allocations: int = 0
         self._watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()  # told when allocations are freed (heap_freed())
 
     def allocate(self, nbytes: int, *, make_symmetric: bool = False, skip_symmetric_check: bool = False,
@@ -151,6 +153,7 @@ class HostHeap:
                 except FileNotFoundError:  # never created (this rank failed first)
                     pass
         self._live[alloc.ident] = alloc
+        self.allocations += 1
         return own[:nbytes] if nbytes else own[:0]
 
     def find(self, lo: int, hi: int) -> int:
