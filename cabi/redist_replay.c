@@ -5,7 +5,8 @@
  *
  * A C or Fortran time loop calls redist_execute with the same operands and out= every step, or
  * alternates between a few. Once such a call has run through Python and succeeded, the engine
- * describes what the next identical call does (PushExecutable.replay in engine/host/push.py) as
+ * describes what the next identical call does (PushExecutable.replay in engine/host/push.py,
+ * HostExecutable.replay in engine/host/executable.py for the message methods and one process) as
  * words (engine/host/replay.py), and _entry.py hands them to _redist_set_replay: a replay, keyed by
  * the operands and the out= it was made for (up to REDIST_REPLAYS_PER_HANDLE per handle). The next
  * redist_execute / redist_execute_fields of that handle with that binding (and no stream, no

@@ -22,7 +22,8 @@
  * perf/bench_2decomp.f90 does for both libraries: unset or "poison" (write -1 into the call's
  * destination: it is dirty in its owner's cache), "evict" (poison, then write BENCH_EVICT_MIB,
  * default 32, MiB of a buffer of its own: its private caches hold none of the exchange's data, as
- * after other work), or "nothing" (a tight loop of transposes, caches warm).
+ * after other work), or "nothing" (a tight loop of transposes, caches warm). BENCH_HOST_METHOD
+ * (environment) picks the host method of every handle: auto (unset), push, hybrid, datatype or pack.
  */
 #include <math.h>
 #include <mpi.h>
@@ -166,11 +167,25 @@ int main(int argc, char **argv)
     double *t = malloc(sizeof(double) * iters);
     /* BENCH_SYMMETRIC=1: the pencils in host symmetric memory (the peers store straight into out=) */
     int symmetric = getenv("BENCH_SYMMETRIC") && !strcmp(getenv("BENCH_SYMMETRIC"), "1");
+    redist_options_t options;
+    redist_options_init(&options);
+    options.order = REDIST_ORDER_F;
+    const char *method = getenv("BENCH_HOST_METHOD") ? getenv("BENCH_HOST_METHOD") : "auto";
+    const char *methods[] = {"auto", "hybrid", "datatype", "pack", "alltoallw", "push"};
+    options.host_method = -1;
+    for (int m = 0; m < 6; m++)
+        if (!strcmp(method, methods[m]))
+            options.host_method = m;
+    if (options.host_method < 0) {
+        if (rank == 0)
+            fprintf(stderr, "BENCH_HOST_METHOD must be auto, hybrid, datatype, pack, alltoallw or push, not %s\n", method);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     if (rank == 0)
         printf("# redist pencil transposes from C: N=%lld, %d x %d grid (P=%d), median (min) ms of %d iterations, "
-               "slowest rank; before each call: %s%s\n| elements | transpose | into out= | engine-owned | out= / owned | %s |\n"
+               "slowest rank; host method %s; before each call: %s%s\n| elements | transpose | into out= | engine-owned | out= / owned | %s |\n"
                "|---|---|---|---|---|---|\n", (long long)n, prow, pcol, nranks, iters,
-               between, symmetric ? "; out= in host symmetric memory" : "", peer_file ? "peer | out= / peer" : "-");
+               method, between, symmetric ? "; out= in host symmetric memory" : "", peer_file ? "peer | out= / peer" : "-");
     for (int cplx = 0; cplx < 2; cplx++) {
         int64_t isz = cplx ? 16 : 8;
         void *arr[3];
@@ -182,8 +197,8 @@ int main(int argc, char **argv)
         fill(arr[0], cplx, lo[0], hi[0]);
         redist_t h[4];
         for (int k = 0; k < 4; k++) {
-            NEED(redist_create(&h[k], 3, lo[from[k]], hi[from[k]], NULL, lo[to[k]], hi[to[k]], isz, REDIST_ORDER_F,
-                                REDIST_MEMORY_HOST, arr[from[k]]));
+            NEED(redist_create_ex(&h[k], 3, lo[from[k]], hi[from[k]], NULL, lo[to[k]], hi[to[k]], isz,
+                                  REDIST_MEMORY_HOST, arr[from[k]], &options));
             NEED(redist_plan(h[k], NULL));
         }
         double med[2][4], mn[2][4];

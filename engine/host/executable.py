@@ -55,11 +55,12 @@ import numpy as np
 
 from .. import collective
 from ..buffer import Buffer, self_overlapping
-from ..errors import CommunicationError, InvalidStateError, InvalidValueError, NotSupportedError
+from ..errors import CommunicationError, InternalError, InvalidStateError, InvalidValueError, NotSupportedError
 from ..plan import FusedPlan, Plan, fuse
 from ..strided import HostBuffer
 from ._datatypes import copy_views, empty_bytes, region_datatype
 from .messages import Message, Side, align, messages
+from .replay import words as replay_words
 from .status import FAILED, WELL, StatusRound
 
 if TYPE_CHECKING:
@@ -213,6 +214,8 @@ class HostExecutable:
         self._a2a_key = None
         self._flag = np.zeros(2, dtype=np.int64)
         self._flag_any = np.zeros(2, dtype=np.int64)
+        self._replays: OrderedDict = OrderedDict()  # binding -> the words of replay()
+        self._forget: Callable[[], None] | None = None  # what replay()'s holder drops its words with
         self._freed = False
 
     # -- binding ------------------------------------------------------------------------------
@@ -276,6 +279,7 @@ class HostExecutable:
         self._in_owners = [None] * self.nfields
         self._in_ptrs = [0] * self.nfields
         self._bound = False
+        self._forget_replays()  # before the requests their words name go
         for side in self._sides_in.values():
             side.free()
         self._sides_in.clear()
@@ -371,6 +375,7 @@ class HostExecutable:
         """Insert ``side``; a side pushed out of the cache is freed, with every combination using it."""
         cache[key] = side
         while len(cache) > CACHE_SIZE:
+            self._forget_replays()  # their words may name the requests of the side that goes
             _, old = cache.popitem(last=False)
             old.free()
             self._combos.clear()
@@ -544,8 +549,59 @@ class HostExecutable:
     def release_captured(self) -> None:
         """Nothing to release: host exchanges are never recorded into a CUDA graph."""
 
-    def replay(self, forget: Callable[[], None]) -> None:
-        """No compiled replay: the message methods' calls always run in Python."""
+    def replay(self, forget: Callable[[], None]) -> np.ndarray | None:
+        """The next execute() of this binding, as words for the C ABI's compiled replay
+        (engine/host/replay.py, cabi/redist_replay.c): the status round of a well call (none on one
+        rank), then the exchange as :meth:`exchange` runs it, its staged sends started once every
+        pack is made. A peer saying anything else hands the call back to :meth:`resume`. None for
+        "alltoallw", the Allreduce agreement of more than COMPLETE_MAX ranks, the messages push
+        runs (it agrees for them), or where this binding is not built. ``forget()`` is called when
+        the words stop being valid: when a request they name is freed (a side leaving its cache,
+        :meth:`release_input`, :meth:`release_workspace`, :meth:`free`). No peer reads this rank's
+        operand addresses: the C side may rebind them without Python. Local."""
+        st = self._status
+        if (self._freed or not self._bound or not self._ready or self.method == "alltoallw"
+                or st is None and not self._single):
+            return None
+        key = (tuple(self._in_ptrs), self._out_key)
+        hit = self._replays.get(key)
+        if hit is None:
+            staged = [r for _, _, reqs in self._packs for r in reqs]
+            packs = [(d, s) for d, s, _ in self._packs]
+            finish = self._reqs + (st.sends[WELL] if st is not None else [])
+            hit = self._replays[key] = replay_words(
+                self._MPI, st.first[WELL] if st is not None else [], len(st.recvs) if st is not None else 0,
+                st.base if st is not None else 0, WELL, self._first, staged, finish,
+                (packs, self._local, self._unpacks), self._in_ptrs, True)
+            while len(self._replays) > CACHE_SIZE:
+                self._replays.popitem(last=False)
+        self._replays.move_to_end(key)
+        self._forget = forget
+        return hit
+
+    def resume(self, code: int, heard: Sequence[int]) -> None:
+        """Collective: the rest of a replayed call (bound again as it was made) whose status round
+        heard a peer say something else than ``code`` (``heard``: the peers' codes): a failed peer
+        raises here on every rank, as :meth:`execute` does."""
+        problem = self.prepare()  # built when the replay was made: it cannot fail now
+        if problem is not None:
+            raise InternalError(f"redist host backend ({self.method}): a replayed call cannot go on: {problem[1]}")
+        st = self._status
+        try:
+            if st is not None and FAILED in heard:
+                st.raise_peers(code)
+            if st is not None:
+                self._MPI.Request.Waitall(st.sends[code])
+            self.exchange()
+        except self._MPI.Exception as e:
+            raise CommunicationError(f"redist host backend ({self.method}): MPI error in execute: {e}") from e
+
+    def _forget_replays(self) -> None:
+        """The words replay() gave are no longer valid: their holder drops them."""
+        self._replays.clear()
+        if self._forget is not None:
+            self._forget()
+            self._forget = None
 
     # -- workspace and lifetime ------------------------------------------------------------
 
@@ -562,6 +618,7 @@ class HostExecutable:
         self._recv_stage = {}
 
     def _clear_sides(self) -> None:
+        self._forget_replays()
         for cache in (self._sides_in, self._sides_out):
             for side in cache.values():
                 side.free()
@@ -603,6 +660,7 @@ class HostExecutable:
         if self._freed:
             return
         self._freed = True
+        self._forget_replays()  # before the requests their words name go
         self._free_local()
         self._in_owners = [None] * self.nfields
         self._bound = False

@@ -21,10 +21,11 @@ import test_replay_words  # noqa: E402 -- its region generator
 pytestmark = [pytest.mark.cabi]
 
 
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_replays(cabi, mpirun, nprocs):
-    """Repeated C calls run without Python and stay right; disagreeing ranks, one rank's bad out=,
-    rebinding, fields, free and finalize (tests/cabi/workers/replay_worker.py)."""
+    """Repeated C calls run without Python and stay right, on push and the message methods (one rank:
+    its local copy); disagreeing ranks, one rank's bad out=, rebinding, fields, free and finalize
+    (tests/cabi/workers/replay_worker.py)."""
     mpirun(nprocs, "replay_worker.py", cabi.dir, timeout=240)
 
 

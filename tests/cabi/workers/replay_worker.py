@@ -7,7 +7,7 @@ libredist.so is loaded into this Python process, so the worker sees which calls 
 (``Redistribute.execute`` and ``_resume`` are counted) while it calls the C functions a C time
 loop calls. For each problem (crossing slabs that land, reversed slabs with no local part, an
 exchange where nothing crosses ranks, and one too large to land; element sizes 8 and 12) on a
-push handle: repeated calls with the same out= (and with none) run without Python after the
+push handle (one process: auto, its local copy), and on hybrid, datatype and pack handles: repeated calls with the same out= (and with none) run without Python after the
 first and are right at every step, with the operand changed between steps; ranks that disagree
 (out= on one rank only) still get the right data (the replaying ranks hand the call back to
 Python); one rank's bad out= makes every rank fail alike with no byte of any out= or result
@@ -34,7 +34,7 @@ import redist  # noqa: E402
 SHAPE = (9, 7, 5)
 LARGE = (256, 128, 32)  # 8-byte elements: 2 MiB received per rank at P = 2 (push's landing stops at 1 MiB)
 STEPS = 6
-HOST_METHOD_PUSH = 5
+HOST_METHOD_AUTO, HOST_METHOD_HYBRID, HOST_METHOD_DATATYPE, HOST_METHOD_PACK, HOST_METHOD_PUSH = 0, 1, 2, 3, 5
 DEVICE_NONE = -2
 SUCCESS, INVALID_VALUE, INVALID_STATE = 0, 1, 2
 
@@ -72,9 +72,9 @@ def bounds(box):
     return [(ctypes.c_int64 * len(box[0]))(*v) for v in box]
 
 
-def push_options() -> Options:
+def push_options(method: int = HOST_METHOD_PUSH) -> Options:
     o = Options()
-    o.struct_size, o.version, o.host_method = ctypes.sizeof(Options), 2, HOST_METHOD_PUSH
+    o.struct_size, o.version, o.host_method = ctypes.sizeof(Options), 2, method
     return o
 
 
@@ -101,12 +101,14 @@ class Counting:
 class Problem:
     """One handle: its boxes, operand, out= and the expected bytes per step."""
 
-    def __init__(self, env, lib, name, gshape, ins, outs, itemsize, symmetric=False):
+    def __init__(self, env, lib, name, gshape, ins, outs, itemsize, symmetric=False, method=HOST_METHOD_PUSH):
         self.env, self.lib, self.name, self.gshape, self.itemsize = env, lib, name, gshape, itemsize
         self.symmetric = symmetric  # every out= in host symmetric memory (redist_allocate_symmetric_memory)
         self.allocated: list[int] = []
-        # calls with a private out= of the large exchange go as messages or cross-memory copies: Python
-        self.replays_out = symmetric or not name.startswith("large")
+        self.method = method  # one rank: AUTO (one rank's exchange is its local copy, not push)
+        self.push = method == HOST_METHOD_PUSH
+        # push's calls with a private out= of the large exchange go as messages or cross-memory copies: Python
+        self.replays_out = symmetric or not self.push or not name.startswith("large")
         me = env.rank
         self.inb, self.outb = ins[me], outs[me]
         self.a = np.zeros(tuple(h - l for l, h in zip(*self.inb)) + (itemsize,), np.uint8)
@@ -115,7 +117,7 @@ class Problem:
         self.handle = vp()
         lo, hi = bounds(self.inb)
         olo, ohi = bounds(self.outb)
-        opts = push_options()
+        opts = push_options(method)
         st = lib.redist_create_ex(ctypes.byref(self.handle), len(gshape), lo, hi, None, olo, ohi, itemsize, 0,
                                   self.a.ctypes.data, ctypes.byref(opts))
         env.check(st == SUCCESS, f"{name}: redist_create_ex: {st} {lib.redist_get_last_error()}")
@@ -165,7 +167,8 @@ def steady(env, count, p, with_out: bool) -> None:
 
 
 def mixed(env, count, p) -> None:
-    """Rank k passes out= at step k, the others none: the replays hand back to Python, data right."""
+    """Rank k passes out= at step k, the others none: push's replays hand back to Python, the message
+    methods' run on; data right."""
     count.reset()
     for step in range(env.P):
         want = p.fill(10 + step)
@@ -177,7 +180,11 @@ def mixed(env, count, p) -> None:
         got = p.out.reshape(-1) if mine else p.result_bytes(res)
         env.check(np.array_equal(got, want), f"{p.name}, mixed step {step}: wrong data")
         env.check(mine or np.array_equal(p.out, before), f"{p.name}, mixed step {step}: an out= not passed changed")
-    env.check(env.comm.allreduce(count.resumes) > 0 or not p.replays_out, f"{p.name}: no replay was resumed")
+    if p.push:  # push's status says whether an out= is passed: the replaying ranks hear another code
+        env.check(env.comm.allreduce(count.resumes) > 0 or not p.replays_out, f"{p.name}: no replay was resumed")
+    else:  # the message methods' status says only well: both bindings were replayed before, whatever the peers do
+        env.check(count.resumes == count.executes == 0,
+                  f"{p.name}: {count.resumes} resumes, {count.executes} calls in Python (want none)")
 
 
 def one_bad(env, p) -> None:
@@ -265,15 +272,20 @@ def freed(env, p) -> None:
 
 def problems(env, lib) -> list[Problem]:
     P = env.P
+    push = HOST_METHOD_PUSH if P > 1 else HOST_METHOD_AUTO
     xs, ys = slab_boxes(SHAPE, P, 0), slab_boxes(SHAPE, P, 1)
-    made = [Problem(env, lib, f"slabs x->y, {isz} B", SHAPE, xs, ys, isz) for isz in (8, 12)]
-    made.append(Problem(env, lib, "reversed slabs", SHAPE, xs, xs[::-1], 8))
-    made.append(Problem(env, lib, "nothing crosses", SHAPE, ys, ys, 12))
-    made.append(Problem(env, lib, "large", LARGE, slab_boxes(LARGE, P, 0), slab_boxes(LARGE, P, 1), 8))
+    large = slab_boxes(LARGE, P, 0), slab_boxes(LARGE, P, 1)
+    made = [Problem(env, lib, f"slabs x->y, {isz} B", SHAPE, xs, ys, isz, method=push) for isz in (8, 12)]
+    made.append(Problem(env, lib, "reversed slabs", SHAPE, xs, xs[::-1], 8, method=push))
+    made.append(Problem(env, lib, "nothing crosses", SHAPE, ys, ys, 12, method=push))
+    made.append(Problem(env, lib, "large", LARGE, *large, 8, method=push))
     # out= in host symmetric memory: the peers store straight into it (replayed, large ones too)
-    made.append(Problem(env, lib, "slabs x->y, 8 B, symmetric out=", SHAPE, xs, ys, 8, symmetric=True))
-    made.append(Problem(env, lib, "large, symmetric out=", LARGE, slab_boxes(LARGE, P, 0), slab_boxes(LARGE, P, 1), 8,
-                        symmetric=True))
+    made.append(Problem(env, lib, "slabs x->y, 8 B, symmetric out=", SHAPE, xs, ys, 8, symmetric=True, method=push))
+    made.append(Problem(env, lib, "large, symmetric out=", LARGE, *large, 8, symmetric=True, method=push))
+    # the message methods: their status round, then messages straight into out= (or the result)
+    made.append(Problem(env, lib, "slabs x->y, 12 B, hybrid", SHAPE, xs, ys, 12, method=HOST_METHOD_HYBRID))
+    made.append(Problem(env, lib, "reversed slabs, datatype", SHAPE, xs, xs[::-1], 8, method=HOST_METHOD_DATATYPE))
+    made.append(Problem(env, lib, "large, pack", LARGE, *large, 8, method=HOST_METHOD_PACK))
     return made
 
 
