@@ -22,9 +22,9 @@
  *      The replay's checks come next: words its peers wrote before their status (where a peer
  *      wants its data: the out= in host symmetric memory it published), each compared with the
  *      value the replay was made for; one that differs also hands the call back to Python;
- *   2. start the arrival receives, run the copies into the peers' memory, start the arrival
- *      sends, run the local copies, wait for every request of the call, run the copies out of
- *      the landing area.
+ *   2. start the arrival receives, run the copies into the peers' memory or the packs (each pack's
+ *      messages start right after it), start the other arrival sends, run the local copies, wait
+ *      for every request of the call, run the copies out of the landing area or the unpacks.
  *
  * redist_reset_operand(s)_unchecked to operands one of the handle's replays was made for only
  * records them here (where no peer reads the operands' addresses, which the words say); Python
@@ -44,7 +44,7 @@
  * for when it initializes MPI).
  */
 
-#define REDIST_REPLAY_VERSION 2
+#define REDIST_REPLAY_VERSION 3
 #define REDIST_REPLAY_MAXDIM 32
 #define REDIST_REPLAY_BUCKETS 64
 #define REDIST_REPLAY_RESUME (-1) /* redist_replay_run: a peer said something else (heard[] holds it) */
@@ -53,12 +53,13 @@ typedef int (*redist_mpi_startall_t)(int, void *);
 typedef int (*redist_mpi_waitall_t)(int, void *, void *);
 typedef int (*redist_mpi_error_string_t)(int, char *, int *);
 
-/* One strided copy: `ndim` outer dimensions (byte strides) of contiguous runs of `run` bytes. */
+/* One strided copy: `ndim` outer dimensions (byte strides) of contiguous runs of `run` bytes; then
+   `starts` of the arrival sends start (a pack's messages; phase 0 only). */
 typedef struct {
     uint8_t *dst;
     const uint8_t *src;
     int64_t run;
-    int32_t ndim;
+    int32_t ndim, starts;
     int64_t shape[REDIST_REPLAY_MAXDIM];
     int64_t dst_strides[REDIST_REPLAY_MAXDIM];
     int64_t src_strides[REDIST_REPLAY_MAXDIM];
@@ -76,7 +77,7 @@ typedef struct redist_replay {
     redist_mpi_startall_t startall;
     redist_mpi_waitall_t waitall;
     redist_mpi_error_string_t error_string;
-    int64_t status_size, tag_offset;
+    int64_t width, status_size, tag_offset;
     int32_t tag_base, code;
     int32_t nothers; /* the status receives: the first nothers requests of `first` */
     int32_t nfirst, narrival_recvs, narrival_sends, nfinish;
@@ -417,7 +418,8 @@ static int redist_replay_add(intptr_t handle, int32_t fields, int32_t lazy, redi
  *   nothers, nfirst, narrival_recvs, narrival_sends, nfinish, lazy, nsets, nchecks; the operands
  *   [nfields]; then that many request handles of first, arrival_recvs, arrival_sends, finish; nsets
  *   and then nchecks pairs (address, value); then per copy phase: its count, then per copy dst, src,
- *   run, ndim, shape[ndim], dst_strides[ndim], src_strides[ndim].
+ *   run, ndim, shape[ndim], dst_strides[ndim], src_strides[ndim], starts (how many of the arrival
+ *   sends start after it, in order: phase 0 only; the rest start after phase 0).
  * Returns 0, or -1 (malformed words, no memory: nothing added; such calls go through Python).
  */
 #define REDIST_REPLAY_HEADER 17
@@ -427,6 +429,7 @@ static int _redist_set_replay(intptr_t handle, int32_t fields, int32_t nfields, 
     redist_replay_t *rp;
     int64_t at, width;
     int32_t k, i, d, f, nstat, lazy;
+    int64_t starts = 0;
 #define REDIST_WORD(var)                                                                            \
     do {                                                                                            \
         if (at >= nwords)                                                                           \
@@ -449,7 +452,7 @@ static int _redist_set_replay(intptr_t handle, int32_t fields, int32_t nfields, 
     rp->startall = (redist_mpi_startall_t)(uintptr_t)words[1];
     rp->waitall = (redist_mpi_waitall_t)(uintptr_t)words[2];
     rp->error_string = (redist_mpi_error_string_t)(uintptr_t)words[3];
-    width = words[4];
+    width = rp->width = words[4];
     rp->status_size = words[5];
     rp->tag_offset = words[6];
     rp->tag_base = (int32_t)words[7];
@@ -533,6 +536,10 @@ static int _redist_set_replay(intptr_t handle, int32_t fields, int32_t nfields, 
             for (d = 0; d < c->ndim; d++)
                 if (c->shape[d] < 1)
                     goto bad;
+            REDIST_WORD(v);
+            if (v < 0 || (k != REDIST_COPY_PEERS && v != 0) || (starts += v) > rp->narrival_sends)
+                goto bad;
+            c->starts = (int32_t)v;
         }
     }
     if (at != nwords)
@@ -592,6 +599,27 @@ static void redist_copies(const redist_replay_t *rp, int phase)
         redist_copy(&rp->copies[phase][i]);
 }
 
+/* Phase 0's copies, each followed by the arrival sends it made (a pack's messages go while the next
+   pack is made), then the arrival sends no copy started. 0 or an MPI error code. */
+static int redist_copies_and_sends(const redist_replay_t *rp)
+{
+    int32_t i, started = 0;
+    int rc;
+    uint8_t *sends = rp->arrival_sends;
+    for (i = 0; i < rp->ncopies[REDIST_COPY_PEERS]; i++) {
+        const redist_copy_t *c = &rp->copies[REDIST_COPY_PEERS][i];
+        redist_copy(c);
+        if (c->starts > 0) {
+            if ((rc = rp->startall(c->starts, sends + (size_t)rp->width * (size_t)started)) != 0)
+                return rc;
+            started += c->starts;
+        }
+    }
+    if (rp->narrival_sends > started)
+        return rp->startall(rp->narrival_sends - started, sends + (size_t)rp->width * (size_t)started);
+    return 0;
+}
+
 static redist_status_t redist_replay_mpi_failed(const redist_replay_t *rp, const char *call, int rc)
 {
     char text[1024];
@@ -602,7 +630,7 @@ static redist_status_t redist_replay_mpi_failed(const redist_replay_t *rp, const
     else
         text[len] = '\0';
     snprintf(redist_last_error, sizeof redist_last_error,
-             "redist host backend (push): MPI error in execute (compiled replay): %s: %s", call, text);
+             "redist host backend: MPI error in execute (compiled replay): %s: %s", call, text);
     return REDIST_ERROR_COMMUNICATION;
 }
 
@@ -630,8 +658,7 @@ static int redist_replay_run(redist_replay_t *rp)
         return REDIST_REPLAY_RESUME;
     if (rp->narrival_recvs && (rc = rp->startall(rp->narrival_recvs, rp->arrival_recvs)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
-    redist_copies(rp, REDIST_COPY_PEERS);
-    if (rp->narrival_sends && (rc = rp->startall(rp->narrival_sends, rp->arrival_sends)) != 0)
+    if ((rc = redist_copies_and_sends(rp)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
     redist_copies(rp, REDIST_COPY_LOCAL);
     if ((rc = rp->waitall(rp->nfinish, rp->finish, rp->statuses)) != 0)

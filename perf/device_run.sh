@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune nvmath permuted sizes fields
-#                                        bench-capture contract examples host
+#                                        bench-capture contract examples host pencils
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -112,6 +112,24 @@ for s in "$@"; do
         tail -5 "$OUT/d2d_$b.log"
       done
     fi ;;
+  pencils)
+    step "host: perf/bench_pencils.c per host method (PENCIL_METHODS), this tree and the commit in .old if carried"
+    export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
+    for tree in . .old; do
+      [ -d "$tree/engine" ] || continue
+      tag=new; site=/tmp/site; [ "$tree" = .old ] && { tag=old; site=/tmp/site_old:/tmp/site
+        rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1; }
+      PYTHONPATH=$site python3 -m redist.cabi build --out /tmp/cabi_$tag > /dev/null
+      # this tree's driver against either library (the same C ABI)
+      # shellcheck disable=SC2046
+      mpicc -O2 perf/bench_pencils.c $(PYTHONPATH=$site python3 -m redist.cabi flags --out /tmp/cabi_$tag --cflags --libs) -o /tmp/bench_pencils_$tag
+      for m in ${PENCIL_METHODS:-auto hybrid}; do for g in ${PENCIL_GRIDS:-2:1:2 4:2:2}; do for n in ${PENCIL_SIZES:-32 64 128}; do
+        IFS=: read -r p prow pcol <<< "$g"
+        PYTHONPATH=$site LD_LIBRARY_PATH=/tmp/cabi_$tag BENCH_HOST_METHOD=$m BENCH_BETWEEN=${PENCIL_BETWEEN:-nothing} timeout 120 \
+          mpiexec --allow-run-as-root --bind-to core -n "$p" /tmp/bench_pencils_$tag "$n" "$prow" "$pcol" ${PENCIL_ITERS:-50} \
+          > "$OUT/pencils_${tag}_${m}_${n}_${prow}x$pcol.md" 2>&1 || echo "rc=$? $tag $m $n $g" | tee -a "$OUT/steps.txt"
+      done; done; done
+    done ;;
   *) echo "unknown step $s" ;;
   esac
 done

@@ -572,7 +572,8 @@ class HostExecutable:
             hit = self._replays[key] = replay_words(
                 self._MPI, st.first[WELL] if st is not None else [], len(st.recvs) if st is not None else 0,
                 st.base if st is not None else 0, WELL, self._first, staged, finish,
-                (packs, self._local, self._unpacks), self._in_ptrs, True)
+                (packs, self._local, self._unpacks), self._in_ptrs, True,
+                starts=[len(reqs) for _, _, reqs in self._packs])
             while len(self._replays) > CACHE_SIZE:
                 self._replays.popitem(last=False)
         self._replays.move_to_end(key)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["VERSION", "copy_words", "words"]
 
 #: cabi/redist_replay.c's REDIST_REPLAY_VERSION
-VERSION = 2
+VERSION = 3
 #: cabi/redist_replay.c's REDIST_REPLAY_MAXDIM: a copy of more outer dimensions is not replayed
 MAXDIM = 32
 _calls: dict = {}  # the MPI module -> (Startall, Waitall, Error_string addresses, request width, status size, tag offset)
@@ -57,13 +57,17 @@ def _handles(MPI, requests: Sequence) -> list[int]:
     return [MPI._handleof(r) & mask for r in requests]
 
 
-def copy_words(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[int]:
+def copy_words(pairs: Sequence[tuple[np.ndarray, np.ndarray]], starts: Sequence[int] | None = None) -> list[int]:
     """The count, then per copy ``dst, src, run, ndim, shape, dst_strides, src_strides`` (bytes) of
-    ``np.copyto(dst, src)`` over void views of ``run`` bytes per item: empty copies dropped, size-1
-    dimensions dropped, dimensions contiguous on both sides merged (into the run where innermost),
-    the outer ones ordered by the destination's strides (largest first: the stores go in order)."""
-    out, count = [], 0
-    for d, s in pairs:
+    ``np.copyto(dst, src)`` over void views of ``run`` bytes per item, then how many of the arrival
+    sends the replay starts after it (``starts``, per pair: a pack's messages go as soon as it is
+    made; none by default): empty copies dropped (their starts go with the next copy made, or after
+    the phase), size-1 dimensions dropped, dimensions contiguous on both sides merged (into the run
+    where innermost), the outer ones ordered by the destination's strides (largest first: the stores
+    go in order)."""
+    out, count, pending = [], 0, 0
+    for k, (d, s) in enumerate(pairs):
+        pending += starts[k] if starts is not None else 0
         if d.size == 0:
             continue
         run = d.itemsize
@@ -81,7 +85,8 @@ def copy_words(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[int]:
             raise ValueError(f"a copy of {len(merged)} dimensions (the replay takes {MAXDIM})")
         count += 1
         out += [d.ctypes.data, s.ctypes.data, run, len(merged), *(m[0] for m in merged), *(m[1] for m in merged),
-                *(m[2] for m in merged)]
+                *(m[2] for m in merged), pending]
+        pending = 0
     return [count, *out]
 
 
@@ -89,7 +94,7 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
           arrival_recvs: Sequence[MPI.Prequest], arrival_sends: Sequence[MPI.Prequest],
           finish: Sequence[MPI.Prequest], phases: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
           operands: Sequence[int], lazy: bool, checks: Sequence[tuple[int, int]] = (),
-          sets: Sequence[tuple[int, int]] = ()) -> np.ndarray:
+          sets: Sequence[tuple[int, int]] = (), starts: Sequence[int] | None = None) -> np.ndarray:
     """One call with the operands at ``operands`` (per field; the replay's key with the caller's
     out=), as cabi/redist_replay.c runs it (``lazy``: the C side may rebind the operands to those
     of another of its replays without telling Python first):
@@ -101,9 +106,11 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
        ``(address, value)`` of ``checks`` holds that 64-bit value (words the peers wrote before
        their status: where they want their data), the rest of the call goes back to Python (with
        the codes heard);
-    2. start ``arrival_recvs``; the copies of ``phases[0]`` (into the peers' memory); start
-       ``arrival_sends``; the copies of ``phases[1]``; ``MPI_Waitall(finish)``; the copies of
-       ``phases[2]``.
+    2. start ``arrival_recvs``; the copies of ``phases[0]`` (into the peers' memory, or packs), after
+       the k-th of them the next ``starts[k]`` of ``arrival_sends`` (a pack's messages leave while
+       the next pack is made, as :meth:`.executable.HostExecutable.exchange` sends them); start the
+       rest of ``arrival_sends``; the copies of ``phases[1]``; ``MPI_Waitall(finish)``; the copies
+       of ``phases[2]``.
     """
     startall, waitall, error_string, width, status_size, tag_offset = _mpi_calls(MPI)
     head = [VERSION, startall, waitall, error_string, width, status_size, tag_offset, tag_base, code, nothers,
@@ -111,6 +118,6 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
             *operands]
     body = [*_handles(MPI, first), *_handles(MPI, arrival_recvs), *_handles(MPI, arrival_sends),
             *_handles(MPI, finish), *(w for pair in (*sets, *checks) for w in pair)]
-    for pairs in phases:
-        body += copy_words(pairs)
+    for k, pairs in enumerate(phases):
+        body += copy_words(pairs, starts if k == 0 else None)
     return np.array([v - (1 << 64) if v >= 1 << 63 else v for v in head + body], np.int64)

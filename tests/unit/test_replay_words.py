@@ -14,13 +14,13 @@ from redist.engine.host.replay import MAXDIM, copy_words
 
 def run_words(words: list[int]) -> int:
     """Every copy of ``words`` as redist_copy() does it (an odometer over the outer dimensions, one
-    memmove per run); how many copies."""
+    memmove per run); how many copies (their sends started after them: checked by the callers)."""
     count, at = words[0], 1
     for _ in range(count):
         dst, src, run, ndim = words[at:at + 4]
         at += 4
         shape, dstrides, sstrides = (words[at + k * ndim:at + (k + 1) * ndim] for k in range(3))
-        at += 3 * ndim
+        at += 3 * ndim + 1  # then how many sends start after it
         for index in itertools.product(*(range(n) for n in shape)):
             ctypes.memmove(dst + sum(i * s for i, s in zip(index, dstrides)),
                            src + sum(i * s for i, s in zip(index, sstrides)), run)
@@ -67,8 +67,17 @@ def test_contiguous_regions_are_one_run_and_empty_ones_dropped():
     a, b = np.zeros((4, 6), "V8"), np.ones((4, 6), "V8")
     words = copy_words([(a, b), (a[:0], b[:0]), (a[:, 1:2], b[:, 1:2])])
     assert words[0] == 2  # the empty copy is dropped
-    assert words[1:5] == [a.ctypes.data, b.ctypes.data, 4 * 6 * 8, 0]  # one run, no outer dimension
-    assert words[5:] == [a.ctypes.data + 8, b.ctypes.data + 8, 8, 1, 4, 48, 48]  # the size-1 axis dropped
+    assert words[1:6] == [a.ctypes.data, b.ctypes.data, 4 * 6 * 8, 0, 0]  # one run, no outer dimension
+    assert words[6:] == [a.ctypes.data + 8, b.ctypes.data + 8, 8, 1, 4, 48, 48, 0]  # the size-1 axis dropped
+
+
+def test_sends_start_after_their_pack_and_an_empty_packs_with_the_next():
+    """starts[k] sends follow copy k; an empty copy's go with the next copy made; those of empty
+    copies at the end are left for after the phase (not in any copy's count)."""
+    a, b = np.zeros((4, 6), "V8"), np.ones((4, 6), "V8")
+    words = copy_words([(a[:1], b[:1]), (a[:0], b[:0]), (a[1:2], b[1:2]), (a[:0], b[:0])], [2, 1, 3, 4])
+    assert words[0] == 2
+    assert words[5] == 2 and words[10] == 1 + 3  # each copy: dst, src, run, ndim 0, starts
 
 
 def test_too_many_dimensions_are_refused():
