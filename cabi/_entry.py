@@ -490,9 +490,11 @@ def _offer_replay(hid, h, outs, results) -> None:
         return
     try:
         words = h.r._replay(lambda: _lib._redist_drop_replay(hid))
-        if words is not None:
-            _lib._redist_set_replay(hid, int(bool(h.nfields)), len(outs), list(outs), list(results),
-                                    _ffi.from_buffer("int64_t[]", words), len(words))
+        if words is not None and _lib._redist_set_replay(hid, int(bool(h.nfields)), len(outs), list(outs),
+                                                         list(results), _ffi.from_buffer("int64_t[]", words),
+                                                         len(words)) != 0:
+            raise E.InternalError(f"libredist.so refused the words of replay version {words[0]} (a library "
+                                  "built from another redist? rebuild it: python -m redist.cabi build), or no memory")
     except Exception:  # noqa: BLE001 -- without a replay the next call goes through Python
         _no_replay.add(hid)
         h.r._logger.warning("redist C ABI: no compiled replays for handle %d (its calls run in Python):\n%s", hid,

@@ -32,7 +32,9 @@
  *    redist initializes it (MPI_THREAD_MULTIPLE) and redist_finalize() finalizes it.
  *  - Calls from several threads are serialized (one Python interpreter), except the host
  *    redist_execute* calls that repeat a handle's previous call (compiled replays, below);
- *    use one handle from one thread at a time.
+ *    use one handle from one thread at a time. An execute is collective over its handle's
+ *    communicator: as with MPI's collectives, two threads must not execute handles that share
+ *    a communicator at the same time (give each thread's handles their own, MPI_Comm_dup).
  */
 #ifndef REDIST_H
 #define REDIST_H

@@ -80,11 +80,38 @@ def test_malformed_words_are_refused(harness):
     """Words cut short, of another version, or with a copy of no extent install nothing."""
     a, b = np.zeros(4, "V8"), np.ones(4, "V8")
     good = header(harness, b.ctypes.data) + [0, *replay.copy_words([(a, b)]), 0]
-    for bad in (good[:-1], [replay.VERSION + 1, *good[1:]], good[:-7] + [a.ctypes.data, b.ctypes.data, 0, 0] + [0]):
+    no_extent = good[:-6] + [a.ctypes.data, b.ctypes.data, 0, 0, 0] + [0]  # phase 1: a copy of run 0
+    starts_late = good[:-2] + [1, 0]  # phase 1's copy starts a send (phase 0 only), of none there are
+    for bad in (good[:-1], [replay.VERSION + 1, *good[1:]], no_extent, starts_late):
         arr = np.array(bad, np.int64)
         assert harness.harness_run(arr.ctypes.data, len(arr), 0) == -2
     arr = np.array(good, np.int64)
     assert harness.harness_run(arr.ctypes.data, len(arr), 0) == 0
+    assert a.tobytes() == b.tobytes()
+
+
+def test_a_packs_sends_start_after_it(harness):
+    """Phase 0's copies with ``starts`` (the message methods' packs): each copy's sends are started
+    right after it, with its bytes written (not before, not only after every pack), and the sends no
+    copy names after the phase."""
+    harness.harness_log.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                                    ctypes.POINTER(ctypes.c_int)]
+    a, b = np.zeros((3, 4), "V8"), np.ones((3, 4), "V8")
+    head = header(harness, b.ctypes.data)
+    head[1], head[12] = harness.harness_call(3), 4  # the recording MPI_Startall; four arrival sends
+    packs = [(a[0], b[0]), (a[1], b[1]), (a[2], b[2])]
+    words = np.array(head + [101, 102, 103, 104] + replay.copy_words(packs, [1, 0, 2]) + [0, 0], np.int64)
+    harness.harness_record(ctypes.c_void_p(a[2:].ctypes.data))  # the last pack's first byte
+    assert harness.harness_run(words.ctypes.data, len(words), 0) == 0
+    seen = []
+    for k in range(8):
+        count, first, probed = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int()
+        if harness.harness_log(k, ctypes.byref(count), ctypes.byref(first), ctypes.byref(probed)) != 0:
+            break
+        seen.append((count.value, first.value, probed.value))
+    # the status round (no requests), the first pack's send before the last pack is made, the last
+    # pack's two once it is, the fourth (no pack's) after the phase
+    assert seen == [(0, 0, 0), (1, 101, 0), (2, 102, 1), (1, 104, 1)]
     assert a.tobytes() == b.tobytes()
 
 

@@ -37,10 +37,50 @@ static int no_error_string(int code, char *text, int *len)
     return 0;
 }
 
-/* The MPI calls to put in a replay's words: 0 MPI_Startall, 1 MPI_Waitall, 2 MPI_Error_string. */
+/* What recorded_start saw: per MPI_Startall, its count, its first request and the byte at `probe`. */
+#define HARNESS_LOG 16
+static int64_t log_count[HARNESS_LOG], log_first[HARNESS_LOG];
+static int log_probe[HARNESS_LOG], log_length;
+static const volatile uint8_t *probe;
+
+static int recorded_start(int n, void *requests)
+{
+    if (log_length < HARNESS_LOG) {
+        log_count[log_length] = n;
+        log_first[log_length] = 0;
+        if (n > 0)
+            memcpy(&log_first[log_length], requests, sizeof(int64_t));
+        log_probe[log_length++] = probe != NULL ? *probe : -1;
+    }
+    return 0;
+}
+
+/* The MPI calls to put in a replay's words: 0 MPI_Startall, 1 MPI_Waitall, 2 MPI_Error_string,
+   3 an MPI_Startall that records its calls (harness_record, harness_log). */
 void *harness_call(int which)
 {
-    return which == 0 ? (void *)nothing_started : which == 1 ? (void *)nothing_waited : (void *)no_error_string;
+    return which == 0   ? (void *)nothing_started
+           : which == 1 ? (void *)nothing_waited
+           : which == 2 ? (void *)no_error_string
+                        : (void *)recorded_start;
+}
+
+/* Forget the calls recorded so far; from now on record the byte at `at` with each. */
+void harness_record(const uint8_t *at)
+{
+    probe = at;
+    log_length = 0;
+}
+
+/* Recorded call `k`: 0 and its count, first request and probed byte; -1 if there is none. */
+int harness_log(int k, int64_t *count, int64_t *first, int *probed)
+{
+    if (k < 0 || k >= log_length)
+        return -1;
+    *count = log_count[k];
+    *first = log_first[k];
+    *probed = log_probe[k];
+    return 0;
 }
 
 /* Install `words` as the replay of handle 1 (operands and out as the words say), run it once, drop
