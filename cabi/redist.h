@@ -32,9 +32,9 @@
  *    redist initializes it (MPI_THREAD_MULTIPLE) and redist_finalize() finalizes it.
  *  - Calls from several threads are serialized (one Python interpreter), except the host
  *    redist_execute* calls that repeat a handle's previous call (compiled replays, below);
- *    use one handle from one thread at a time. An execute is collective over its handle's
- *    communicator: as with MPI's collectives, two threads must not execute handles that share
- *    a communicator at the same time (give each thread's handles their own, MPI_Comm_dup).
+ *    use one handle from one thread at a time. Every handle uses the communicator given to
+ *    redist_initialize(), and an execute is collective over it: as with MPI's collectives, two
+ *    threads must not execute (any handles) at the same time.
  */
 #ifndef REDIST_H
 #define REDIST_H

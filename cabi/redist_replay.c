@@ -41,9 +41,9 @@
  * The table of replays is guarded by a mutex, so handles may be used from different threads; one
  * handle is used by one thread at a time (a replay runs outside the lock, and calls MPI without any
  * lock: replays of different handles at once need MPI_THREAD_MULTIPLE, which redist_initialize asks
- * for when it initializes MPI, and handles of different communicators: the status round receives
- * any tag, so two rounds on one communicator at once could take each other's messages, which is
- * why redist.h asks what MPI asks of collectives).
+ * for when it initializes MPI; but every handle uses redist's one communicator and the status round
+ * receives any tag, so two rounds at once could take each other's messages: redist.h asks of
+ * executes what MPI asks of collectives, one thread at a time).
  */
 
 #define REDIST_REPLAY_VERSION 3
