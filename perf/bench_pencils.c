@@ -171,11 +171,14 @@ int main(int argc, char **argv)
     redist_options_init(&options);
     options.order = REDIST_ORDER_F;
     const char *method = getenv("BENCH_HOST_METHOD") ? getenv("BENCH_HOST_METHOD") : "auto";
-    const char *methods[] = {"auto", "hybrid", "datatype", "pack", "alltoallw", "push"};
+    const struct { const char *name; int32_t value; } methods[] = {
+        {"auto", REDIST_HOST_METHOD_AUTO}, {"hybrid", REDIST_HOST_METHOD_HYBRID},
+        {"datatype", REDIST_HOST_METHOD_DATATYPE}, {"pack", REDIST_HOST_METHOD_PACK},
+        {"alltoallw", REDIST_HOST_METHOD_ALLTOALLW}, {"push", REDIST_HOST_METHOD_PUSH}};
     options.host_method = -1;
-    for (int m = 0; m < 6; m++)
-        if (!strcmp(method, methods[m]))
-            options.host_method = m;
+    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)
+        if (!strcmp(method, methods[m].name))
+            options.host_method = methods[m].value;
     if (options.host_method < 0) {
         if (rank == 0)
             fprintf(stderr, "BENCH_HOST_METHOD must be auto, hybrid, datatype, pack, alltoallw or push, not %s\n", method);

@@ -552,8 +552,8 @@ class HostExecutable:
     def replay(self, forget: Callable[[], None]) -> np.ndarray | None:
         """The next execute() of this binding, as words for the C ABI's compiled replay
         (engine/host/replay.py, cabi/redist_replay.c): the status round of a well call (none on one
-        rank), then the exchange as :meth:`exchange` runs it, its staged sends started once every
-        pack is made. A peer saying anything else hands the call back to :meth:`resume`. None for
+        rank), then the exchange as :meth:`exchange` runs it, each pack's staged sends started right
+        after it. A peer saying anything else hands the call back to :meth:`resume`. None for
         "alltoallw", the Allreduce agreement of more than COMPLETE_MAX ranks, the messages push
         runs (it agrees for them), or where this binding is not built. ``forget()`` is called when
         the words stop being valid: when a request they name is freed (a side leaving its cache,
@@ -566,14 +566,16 @@ class HostExecutable:
         key = (tuple(self._in_ptrs), self._out_key)
         hit = self._replays.get(key)
         if hit is None:
-            staged = [r for _, _, reqs in self._packs for r in reqs]
-            packs = [(d, s) for d, s, _ in self._packs]
-            finish = self._reqs + (st.sends[WELL] if st is not None else [])
+            first, nothers, base, sends = (([], 0, 0, []) if st is None else
+                                           (st.first[WELL], len(st.recvs), st.base, st.sends[WELL]))
+            packs, staged, starts = [], [], []
+            for d, s, reqs in self._packs:
+                packs.append((d, s))
+                staged += reqs
+                starts.append(len(reqs))
             hit = self._replays[key] = replay_words(
-                self._MPI, st.first[WELL] if st is not None else [], len(st.recvs) if st is not None else 0,
-                st.base if st is not None else 0, WELL, self._first, staged, finish,
-                (packs, self._local, self._unpacks), self._in_ptrs, True,
-                starts=[len(reqs) for _, _, reqs in self._packs])
+                self._MPI, first, nothers, base, WELL, self._first, staged, self._reqs + sends,
+                (packs, self._local, self._unpacks), self._in_ptrs, True, starts=starts)
             while len(self._replays) > CACHE_SIZE:
                 self._replays.popitem(last=False)
         self._replays.move_to_end(key)
