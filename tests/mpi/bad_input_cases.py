@@ -839,6 +839,23 @@ def out_aliases_operand_last(env):
               np.empty_like(res))
 
 
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= overlaps the operand"))
+def out_again_after_operand_moved_onto_it_last(env):
+    """A time loop's out= (the same object every call), then the last rank rebinds its operand to
+    bytes that overlap it: the next call with that out= is checked anew, not taken as already bound."""
+    r, a, g = planned(env)
+    res = r.execute()
+    big = np.zeros(a.size + res.size)
+    out = big[a.size // 2: a.size // 2 + res.size].reshape(res.shape)
+    for it in range(3):
+        right(env, r.execute(out=out), g, f"iteration {it}")
+    if env.is_last():
+        op = big[: a.size].reshape(a.shape)
+        op[...] = a
+        r.reset_operand_unchecked(op)
+    r.execute(out=out)
+
+
 @case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= has strides .* overlap in memory"))
 def out_self_overlapping_last(env):
     _out_case(env, lambda r, a, res: np.lib.stride_tricks.as_strided(np.empty(res.shape[-1]), res.shape,

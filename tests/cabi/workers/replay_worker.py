@@ -59,7 +59,7 @@ def load(libdir: str):
                                  i64p, ctypes.c_int32, ctypes.POINTER(vp), ctypes.POINTER(Options)],
         "redist_plan": [vp, vp], "redist_execute": [vp, vp, vp, ctypes.POINTER(vp)],
         "redist_execute_fields": [vp, vp, ctypes.POINTER(vp), ctypes.POINTER(vp)],
-        "redist_reset_operand_unchecked": [vp, vp], "redist_free": [vp],
+        "redist_reset_operand_unchecked": [vp, vp], "redist_reset_operand": [vp, vp], "redist_free": [vp],
         "redist_allocate_symmetric_memory": [ctypes.POINTER(vp), ctypes.c_int64], "redist_free_symmetric_memory": [vp],
     }.items():
         fn = getattr(lib, name)
@@ -289,6 +289,27 @@ def problems(env, lib) -> list[Problem]:
     return made
 
 
+def python_after_replay(env, count, p) -> None:
+    """Two out= in host symmetric memory: a call into A through Python, a replay into B (it publishes B
+    in this rank's header), then, the replays dropped (redist_reset_operand), a call into A through
+    Python again: it publishes A again, so the peers store into A, not where the replay left them."""
+    other = p.new_out()
+    env.check(p.lib.redist_reset_operand(p.handle, p.a.ctypes.data) == SUCCESS, f"{p.name}: reset_operand")
+    for step, out in enumerate((other, p.out, other)):  # Python, Python, then a replay into other
+        count.reset()
+        want = p.fill(90 + step)
+        st, _, err = p.call(out.ctypes.data)
+        env.check(st == SUCCESS and np.array_equal(out.reshape(-1), want), f"{p.name}, step {step}: {st} {err}")
+        env.check(count.executes == (step < 2), f"{p.name}, step {step}: {count.executes} calls entered Python")
+    env.check(p.lib.redist_reset_operand(p.handle, p.a.ctypes.data) == SUCCESS, f"{p.name}: reset_operand")
+    count.reset()
+    want = p.fill(93)
+    st, _, err = p.call(p.out.ctypes.data)
+    env.check(count.executes == 1, f"{p.name}: the call after reset_operand did not enter Python")
+    env.check(st == SUCCESS and np.array_equal(p.out.reshape(-1), want),
+              f"{p.name}, into A through Python after a replay into B: {st} {err}")
+
+
 def symmetric_freed(env, count, p) -> None:
     """After redist_free_symmetric_memory of a peer's out= (and a new allocation there), the replays
     that stored into it are gone: the calls are right, into the new memory; misuse on one rank
@@ -380,6 +401,7 @@ def main() -> int:
                 rebind(env, count, p)
                 lazy_then_failure(env, count, p)
                 if p.symmetric and cycle == 0:
+                    python_after_replay(env, count, p)
                     symmetric_freed(env, count, p)
                 if cycle == 0:
                     freed(env, p)

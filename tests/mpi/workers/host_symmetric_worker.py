@@ -79,6 +79,14 @@ def loops(report: Report, world) -> None:
                     r.execute(out=out)
                     report.check(np.array_equal(out, want + step), f"{label}: step {step} wrong")
                     report.check(np.array_equal(result, kept), f"{label}: step {step} changed the result")
+                fixed = a.copy()  # one operand, the out= alternating: each call stores where the peers' headers say now
+                r.reset_operand(fixed)
+                for step in range(4):
+                    fixed[...] = a + 10 + step
+                    out = outs[step % 2]
+                    out[...] = -1
+                    r.execute(out=out)
+                    report.check(np.array_equal(out, want + 10 + step), f"{label}: one operand, step {step} wrong")
                 uses = stored[0] - before
                 route = r.plan_description
                 crosses = world.allreduce(int(any(t != rank for t in range(P)) and P > 1 and a.size > 0))
