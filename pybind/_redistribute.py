@@ -209,7 +209,8 @@ class Redistribute(Generic[ArrayT]):
         # (id, field) -> (weak reference, layout signature, Buffer, lo, hi) of out= objects checked before
         self._out_checked: dict = {}
         # one field, numpy: id -> (weak reference, shape/strides/dtype, operand address, Buffer) of out=
-        # objects a call accepted (a time loop's few arrays: taken again without the checks)
+        # objects a call accepted (a time loop's few arrays: taken again without the checks). Their data
+        # cannot move: numpy refuses to resize an array that has weak references.
         self._out_again: dict = {}
         self._ptrs: dict = {}  # id -> (weak reference, address) of numpy operands rebound before
         # per field: the bytes it spans around its address, and the address

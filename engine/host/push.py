@@ -321,10 +321,9 @@ class PushExecutable:
         self._in_owners = [None] * self.nfields
         self._in_ptrs = [0] * self.nfields
         self._bound = False
-        self._forget_replays()
+        self._drop_replays()
         self._copies.clear()
         self._landed.clear()
-        self._replays.clear()
         self._shared.clear()
         self._seen.clear()
         self._pairs = self._land_pairs = None
@@ -559,7 +558,7 @@ class PushExecutable:
                            for t, ((_, _, published), _) in zip(self._fields[0].sends, seen)  # type: ignore[misc]
                            for j, value in enumerate(np.frombuffer(published, np.uint64)))
             # and mine, published again by each replayed call (a replay of another binding may run between)
-            sets = tuple((self._head.address + 8 * j, int(value)) for j, value in enumerate(self._head.published))
+            sets = tuple((self._head.address + 8 * j, int(value)) for j, value in enumerate(self._published))
         key = (code, self._land_key() if out else tuple(self._in_ptrs), checks)  # the land key holds the operands
         hit = self._replays.get(key)
         if hit is None:
@@ -591,8 +590,14 @@ class PushExecutable:
 
     def heap_freed(self) -> None:
         """Host symmetric memory was freed (HostHeap.watch): replays that store into it go."""
+        self._drop_replays()
+
+    def _drop_replays(self) -> None:
+        """Every replay's words go (their holder drops them too). A replay may have written this
+        rank's header for another binding: the next call that publishes writes it again."""
         self._forget_replays()
         self._replays.clear()
+        self._written = None
 
     def resume(self, code: int, heard: Sequence[int]) -> None:
         """Collective: the rest of a replayed call (bound again as it was made) whose status round,
@@ -740,8 +745,7 @@ class PushExecutable:
         if self._freed:
             return
         self._freed = True
-        self._forget_replays()  # before the requests their words name go
-        self._replays.clear()
+        self._drop_replays()  # before the requests their words name go
         if not self._MPI.Is_finalized():
             for r in self._arrival_recvs + self._arrival_sends:
                 r.Free()

@@ -59,7 +59,8 @@ def load(libdir: str):
                                  i64p, ctypes.c_int32, ctypes.POINTER(vp), ctypes.POINTER(Options)],
         "redist_plan": [vp, vp], "redist_execute": [vp, vp, vp, ctypes.POINTER(vp)],
         "redist_execute_fields": [vp, vp, ctypes.POINTER(vp), ctypes.POINTER(vp)],
-        "redist_reset_operand_unchecked": [vp, vp], "redist_reset_operand": [vp, vp], "redist_free": [vp],
+        "redist_reset_operand_unchecked": [vp, vp], "redist_reset_operand": [vp, vp], "redist_release_operand": [vp],
+        "redist_free": [vp],
         "redist_allocate_symmetric_memory": [ctypes.POINTER(vp), ctypes.c_int64], "redist_free_symmetric_memory": [vp],
     }.items():
         fn = getattr(lib, name)
@@ -291,23 +292,28 @@ def problems(env, lib) -> list[Problem]:
 
 def python_after_replay(env, count, p) -> None:
     """Two out= in host symmetric memory: a call into A through Python, a replay into B (it publishes B
-    in this rank's header), then, the replays dropped (redist_reset_operand), a call into A through
-    Python again: it publishes A again, so the peers store into A, not where the replay left them."""
+    in this rank's header), then, the replays dropped (redist_reset_operand; or redist_release_operand,
+    which the engine's replays go with, and a reset), a call into A through Python again: it publishes
+    A again, so the peers store into A, not where the replay left them."""
     other = p.new_out()
-    env.check(p.lib.redist_reset_operand(p.handle, p.a.ctypes.data) == SUCCESS, f"{p.name}: reset_operand")
-    for step, out in enumerate((other, p.out, other)):  # Python, Python, then a replay into other
-        count.reset()
-        want = p.fill(90 + step)
-        st, _, err = p.call(out.ctypes.data)
-        env.check(st == SUCCESS and np.array_equal(out.reshape(-1), want), f"{p.name}, step {step}: {st} {err}")
-        env.check(count.executes == (step < 2), f"{p.name}, step {step}: {count.executes} calls entered Python")
-    env.check(p.lib.redist_reset_operand(p.handle, p.a.ctypes.data) == SUCCESS, f"{p.name}: reset_operand")
-    count.reset()
-    want = p.fill(93)
-    st, _, err = p.call(p.out.ctypes.data)
-    env.check(count.executes == 1, f"{p.name}: the call after reset_operand did not enter Python")
-    env.check(st == SUCCESS and np.array_equal(p.out.reshape(-1), want),
-              f"{p.name}, into A through Python after a replay into B: {st} {err}")
+    for how in ("reset", "release, reset"):
+        env.check(p.lib.redist_reset_operand(p.handle, p.a.ctypes.data) == SUCCESS, f"{p.name}: reset_operand")
+        for step, out in enumerate((other, p.out, other)):  # Python, Python, then a replay into other
+            count.reset()
+            want = p.fill(90 + step)
+            st, _, err = p.call(out.ctypes.data)
+            env.check(st == SUCCESS and np.array_equal(out.reshape(-1), want), f"{p.name}, step {step}: {st} {err}")
+            env.check(count.executes == (step < 2), f"{p.name}, step {step}: {count.executes} calls entered Python")
+        if how.startswith("release"):
+            env.check(p.lib.redist_release_operand(p.handle) == SUCCESS, f"{p.name}: release_operand")
+        env.check(p.lib.redist_reset_operand(p.handle, p.a.ctypes.data) == SUCCESS, f"{p.name}: reset_operand")
+        for step in range(2):  # through Python, then its replay
+            count.reset()
+            want = p.fill(93 + step)
+            st, _, err = p.call(p.out.ctypes.data)
+            env.check(count.executes == (step == 0), f"{p.name}, {how}: {count.executes} calls entered Python")
+            env.check(st == SUCCESS and np.array_equal(p.out.reshape(-1), want),
+                      f"{p.name}, {how}: into A after a replay into B, call {step}: {st} {err}")
 
 
 def symmetric_freed(env, count, p) -> None:
