@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune nvmath permuted sizes fields
-#                                        bench-capture contract examples host pencils
+#                                        bench-capture contract examples host pencils out-ab
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
 # ranks on one GPU, REDIST_SHARED_GPU=1). "host" uses the machine's CPU cores only (P = 2 and 4 without
-# oversubscription; HOST_SIZES, HOST_METHODS, HOST_BETWEEN for bench_out, HOST_PROBE=1 adds
+# oversubscription; HOST_SIZES, HOST_METHODS, HOST_BETWEEN for bench_out; "out-ab": bench_out for this tree
+# and .old alternating, OUT_ROUNDS rounds; HOST_PROBE=1 adds
 # probe_hot_destination.py and probe_cold_call.py); for its 2DECOMP&FFT part (D2D_GRIDS=none skips it; D2D_BETWEEN: what the drivers
 # do before each timed call, default poison) carry scratch/2decomp-src (a 2DECOMP&FFT source tree).
 set -o pipefail
@@ -112,6 +113,18 @@ for s in "$@"; do
         tail -5 "$OUT/d2d_$b.log"
       done
     fi ;;
+  out-ab)
+    step "host: bench_out.py at P=2 and 4, this tree and the commit in .old alternating, OUT_ROUNDS rounds"
+    export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
+    rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1
+    for r in $(seq ${OUT_ROUNDS:-2}); do for tag in new old; do for p in 2 4; do
+      site=/tmp/site; [ $tag = old ] && site=/tmp/site_old:/tmp/site
+      # shellcheck disable=SC2086
+      PYTHONPATH=$site timeout 150 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/bench_out.py \
+        --sizes ${HOST_SIZES:-32 64 128 256} --methods ${HOST_METHODS:-push-symmetric auto hybrid} --reps 9 \
+        > "$OUT/out_ab_p${p}_${tag}_r$r.txt" 2>&1 || echo "rc=$? $tag P=$p round $r" | tee -a "$OUT/steps.txt"
+    done; done; done
+    tail -n 14 "$OUT"/out_ab_p2_*_r1.txt ;;
   pencils)
     step "host: perf/bench_pencils.c per host method (PENCIL_METHODS), this tree and the commit in .old if carried"
     export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU

@@ -116,6 +116,7 @@ _CODES = _SHARED_STALE + 1  # with the arrival tag, 16 tags per object
 _WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank with an out= that peers cannot store into
 _DIRECTS = (_DIRECT, _DIRECT_STALE, _SHARED, _SHARED_STALE)  # the peers store straight into my out=
 _SHAREDS = (_SHARED, _SHARED_STALE)
+_NO_OUT = (False, False, (), None)  # _classify_outs's verdict where no field binds an out=
 _STALES = (WELL + _STALE, WELL + _OUT + _STALE, _DIRECT_STALE, _SHARED_STALE)
 #: calls with an out= land in shared memory (two copies) when every rank receives at most this many
 #: bytes, else go as messages (MPI's transport): see perf/RESULTS.md, "Where push's out= lands"
@@ -221,6 +222,7 @@ class PushExecutable:
         self._classes: OrderedDict = OrderedDict()  # (outs, heap state) -> _classify_outs's verdict
         self._shared: OrderedDict = OrderedDict()  # (operands, destination, its header) -> peer pairs into it
         self._seen: dict = {}  # send -> (key, pairs) of _shared that the last call used
+        self._before: dict = {}  # send -> what _seen held before it (a double-buffered loop's other out=)
         self._shared_generation = self._heap.generation
         # direct copies (cross-memory attach) of calls with an out=: decided here, collectively
         self._operand_words = None if self._landing else self._head.operands
@@ -262,8 +264,9 @@ class PushExecutable:
         result = self.results[field]
         if buf is not None and buf.ptr == result.ptr and buf.strides == result.strides:
             buf = None  # the result itself
-        self._outs[field] = buf
-        self._has_out = any(b is not None for b in self._outs)
+        outs = self._outs
+        outs[field] = buf
+        self._has_out = buf is not None or self.nfields > 1 and any(b is not None for b in outs)
         inner = self._inner
         self._classify_outs()  # makes the inner messages where they are needed
         if self._landing or self._out_direct:
@@ -276,10 +279,11 @@ class PushExecutable:
         symmetric memory and laid out like its result, or, with cross-memory attach, laid out like
         it. Again at a call after host symmetric memory was freed (the API binds an out= once).
         Cached per binding and state of the heap (a loop alternates between a few out= arrays)."""
-        out, heap = self._has_out, self._heap
-        key = (tuple(None if b is None else (b.ptr, b.strides, b.size) for b in self._outs), heap.generation,
-               heap.allocations)
-        hit = self._classes.get(key) if out else (False, False, [], None)
+        out, heap, outs = self._has_out, self._heap, self._outs
+        ends = ((outs[0].ptr, outs[0].strides, outs[0].shape) if out else None) if self.nfields == 1 else tuple(
+            None if b is None else (b.ptr, b.strides, b.shape) for b in outs)
+        key = (ends, heap.generation, heap.allocations)
+        hit = self._classes.get(key) if out else _NO_OUT
         if hit is None:
             # what each field's target is (the header's kinds): peers store into a result or host symmetric memory
             kinds = [RESULT if b is None or b.size == 0 else heap.find(*b.address_range()) if _same_layout(b, r)
@@ -324,8 +328,7 @@ class PushExecutable:
         self._drop_replays()
         self._copies.clear()
         self._landed.clear()
-        self._shared.clear()
-        self._seen.clear()
+        self._forget_shared()
         self._pairs = self._land_pairs = None
         for copy in self._writes:
             if copy is not None:
@@ -383,15 +386,18 @@ class PushExecutable:
         and header."""
         heap, dst = self._heap, self._fields[0].sends[send].dst
         if heap.generation != self._shared_generation:  # allocations were freed: views into them go
-            self._shared.clear()
-            self._seen.clear()
+            self._forget_shared()
             self._shared_generation = heap.generation
-        published = self._heads[dst].published.tobytes()
-        seen = self._seen.get(send)
-        if seen is not None and seen[0][2] == published and seen[0][0] == tuple(self._in_ptrs):
-            return seen[1]  # what the last call stored into (a time loop's every call)
         head = self._heads[dst]
-        key = (tuple(self._in_ptrs), send, published)
+        published, ptrs = head.published.tobytes(), tuple(self._in_ptrs)
+        seen = self._seen.get(send)
+        if seen is not None and seen[0][2] == published and seen[0][0] == ptrs:
+            return seen[1]  # what the last call stored into (a time loop's every call)
+        before = self._before.get(send)
+        if before is not None and before[0][2] == published and before[0][0] == ptrs:
+            self._seen[send], self._before[send] = before, seen  # a double-buffered loop's other out=
+            return before[1]
+        key = (ptrs, send, published)
         hit = self._shared.get(key)
         if hit is None:
             hit = []
@@ -408,8 +414,16 @@ class PushExecutable:
             while len(self._shared) > CACHE_SIZE * max(1, len(self._send_codes)):  # per send
                 self._shared.popitem(last=False)
         self._shared.move_to_end(key)
+        if seen is not None:
+            self._before[send] = seen
         self._seen[send] = (key, hit)  # what this call read (replay(): the peer may publish others once it returns)
         return hit
+
+    def _forget_shared(self) -> None:
+        """The store views into the peers' host symmetric memory go (freed, or the operand released)."""
+        self._shared.clear()
+        self._seen.clear()
+        self._before.clear()
 
     def _land_key(self) -> tuple:
         if self.nfields == 1:
@@ -764,8 +778,7 @@ class PushExecutable:
         self._pairs = self._land_pairs = None
         self._writes, self._reads, self._targets = [], [], []
         self._head, self._heads, self._operand_words = None, {}, None
-        self._shared.clear()
-        self._seen.clear()
+        self._forget_shared()
         self._outs = [None] * self.nfields
         self._in_owners = [None] * self.nfields
         self._peer_ptr, self._peer_segments = {}, {}

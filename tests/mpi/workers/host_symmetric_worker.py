@@ -58,7 +58,7 @@ def loops(report: Report, world) -> None:
             g, ib, ob, a = problem(shape, dtype, rank, P)
             want = g[sl(ob)]
             outs = [redist.allocate_symmetric_memory(want.shape, np, dtype=dtype, make_symmetric=True)
-                    for _ in range(2)]
+                    for _ in range(3)]
             for method in METHODS:
                 label = f"{method} {shape} {np.dtype(dtype).name}"
                 with push_route(method):
@@ -79,14 +79,21 @@ def loops(report: Report, world) -> None:
                     r.execute(out=out)
                     report.check(np.array_equal(out, want + step), f"{label}: step {step} wrong")
                     report.check(np.array_equal(result, kept), f"{label}: step {step} changed the result")
-                fixed = a.copy()  # one operand, the out= alternating: each call stores where the peers' headers say now
+                fixed = a.copy()  # one operand, the out= cycling: each call stores where the peers' headers say now
                 r.reset_operand(fixed)
-                for step in range(4):
+                for step in range(6):
                     fixed[...] = a + 10 + step
-                    out = outs[step % 2]
+                    out = outs[step % 3]
                     out[...] = -1
                     r.execute(out=out)
                     report.check(np.array_equal(out, want + 10 + step), f"{label}: one operand, step {step} wrong")
+                both = (a + 20, a + 30)  # two live operands, the out= alternating: stores from the one bound now
+                for step in range(4):
+                    r.reset_operand(both[step // 2])
+                    out = outs[step % 2]
+                    out[...] = -1
+                    r.execute(out=out)
+                    report.check(np.array_equal(out, want + (20, 30)[step // 2]), f"{label}: two operands, step {step} wrong")
                 uses = stored[0] - before
                 route = r.plan_description
                 crosses = world.allreduce(int(any(t != rank for t in range(P)) and P > 1 and a.size > 0))
