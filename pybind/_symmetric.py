@@ -110,7 +110,7 @@ def allocate_symmetric_memory(
     failure, nbytes, shp, st, dt, itemsize = None, 0, (), (), None, 0
     try:
         if name is None:
-            raise InvalidValueError(f"The package must be one of {_PACKAGES}. Got {package}.")
+            raise InvalidValueError(f"The package must be one of {(*_PACKAGES, _HOST)}. Got {package}.")
         shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
         if any(s < 0 for s in shp):
             raise InvalidValueError(f"shape must be non-negative, got {shp}")
