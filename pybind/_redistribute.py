@@ -468,8 +468,9 @@ class Redistribute(Generic[ArrayT]):
             raise
 
     def _unbind_outs(self) -> None:
-        """Bind every field back to its engine-owned result (what a call without out= does)."""
-        if self._exe is None or self._state is not _State.READY:
+        """Bind every field back to its engine-owned result (what a call without out= does); also
+        where the operand is released (a call refused for that took its out= first)."""
+        if self._exe is None or self._state not in _PLANNED:
             return
         for f, o in enumerate(self._outs):
             if o is not None:

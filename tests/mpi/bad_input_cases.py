@@ -10,6 +10,8 @@ tests/mpi/workers/bad_input_worker.py: a hang, a crash or a wrong result fails t
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -1105,6 +1107,29 @@ def out_refused_then_reset_operand_to_it(env):
     env.check((c == 7.0).all(), "a refused call wrote out=")
     r.reset_operand(c)
     env.check((np.asarray(r.execute()) == 7.0).all(), "result of the all-7 operands: wrong data")
+
+
+@case(OK)
+def out_refused_with_released_operand_is_not_kept_last(env):
+    """A call refused because the last rank released its operand keeps no out= bound on any rank
+    (that rank's object is not ready, and still lets go of it): once the caller drops it, it is gone."""
+    r, a, g, boxes = _rotated(env)
+    r.execute()
+    if env.is_last():
+        r.release_operand()
+    c = np.full(a.shape, 7.0)
+    ref = weakref.ref(c)
+    try:
+        r.execute(out=c)
+        env.check(False, "a call with a released operand was accepted")
+    except errors.InvalidStateError:
+        pass
+    env.check((c == 7.0).all(), "a refused call wrote out=")
+    del c
+    gc.collect()
+    env.check(ref() is None, "the refused call's out= is still held by the object")
+    r.reset_operand(a)
+    env.check(np.array_equal(r.execute(), g[sl(boxes[(env.rank + 1) % env.P])]), "after reset_operand: wrong data")
 
 
 @case(OK)
