@@ -94,6 +94,11 @@ def run_failed(report: Report) -> None:
             r.release_operand()
         refused(report, r.execute, redist.InvalidStateError, "released", f"{transport}: released operand")
         report.check(np.array_equal(host(b), kept), f"{transport}: a refused execute() wrote into the result")
+        # the same with an out=: the released rank binds it back to its result after the refusal too
+        refused(report, lambda: r.execute(out=sym), redist.InvalidStateError, "released",
+                f"{transport}: released operand, out=")
+        report.check((host(sym) == 7.0).all(), f"{transport}: a refused call (released operand) wrote into out=")
+        report.check(np.array_equal(host(b), kept), f"{transport}: a refused call (released operand) wrote into the result")
         if rank == last:
             r.reset_operand_unchecked(a * 2)
         report.check(np.array_equal(host(r.execute(out=sym)), want * 2), f"{transport}: out= after the refusals")
