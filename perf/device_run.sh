@@ -16,6 +16,9 @@ export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFE
 export NVSHMEM_SYMMETRIC_SIZE=${NVSHMEM_SYMMETRIC_SIZE:-4G}
 MPI="mpiexec --allow-run-as-root --bind-to none --oversubscribe"
 step() { echo "=== $* ($(date +%T))" | tee -a "$OUT/steps.txt"; }
+install_old() {  # the commit in .old, beside this tree's /tmp/site
+  rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1
+}
 step install
 rm -rf /tmp/site build ./*.egg-info; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl . > "$OUT/install.txt" 2>&1 || { tail -20 "$OUT/install.txt"; exit 1; }
 export PYTHONPATH=/tmp/site
@@ -45,7 +48,7 @@ for s in "$@"; do
     timeout 300 $MPI -n 1 python3 perf/bench_cuda.py --sizes 32 128 512 --iters 100 --reps 9 --out "$OUT/bench_p1_new.md" 2>&1 | grep -v '^{' | tail -8 ;;
   bench-old)
     step "bench P=1 (the old commit in .old)"
-    rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1
+    install_old
     (cd .old && PYTHONPATH=/tmp/site_old:/tmp/site timeout 300 $MPI -n 1 python3 perf/bench_cuda.py --sizes 32 128 512 --iters 100 --reps 9 --out "$OUT/bench_p1_old.md" 2>&1 | grep -v '^{' | tail -8) ;;
   nvmath)
     step "nvmath-python 1.0 suite and examples, imports swapped: P=1, then examples on 2 ranks sharing the GPU"
@@ -116,7 +119,7 @@ for s in "$@"; do
   out-ab)
     step "host: bench_out.py at P=2 and 4, this tree and the commit in .old alternating, OUT_ROUNDS rounds"
     export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
-    rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1
+    install_old
     for r in $(seq ${OUT_ROUNDS:-2}); do for tag in new old; do for p in 2 4; do
       site=/tmp/site; [ $tag = old ] && site=/tmp/site_old:/tmp/site
       # shellcheck disable=SC2086
@@ -131,7 +134,7 @@ for s in "$@"; do
     for tree in . .old; do
       [ -d "$tree/engine" ] || continue
       tag=new; site=/tmp/site; [ "$tree" = .old ] && { tag=old; site=/tmp/site_old:/tmp/site
-        rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1; }
+        install_old; }
       PYTHONPATH=$site python3 -m redist.cabi build --out /tmp/cabi_$tag > /dev/null
       # this tree's driver against either library (the same C ABI)
       # shellcheck disable=SC2046

@@ -280,10 +280,12 @@ class PushExecutable:
         it. Again at a call after host symmetric memory was freed (the API binds an out= once).
         Cached per binding and state of the heap (a loop alternates between a few out= arrays)."""
         out, heap, outs = self._has_out, self._heap, self._outs
-        ends = ((outs[0].ptr, outs[0].strides, outs[0].shape) if out else None) if self.nfields == 1 else tuple(
-            None if b is None else (b.ptr, b.strides, b.shape) for b in outs)
-        key = (ends, heap.generation, heap.allocations)
-        hit = self._classes.get(key) if out else _NO_OUT
+        hit = _NO_OUT
+        if out:  # with one field, _has_out means outs[0] is bound
+            ends = (outs[0].ptr, outs[0].strides, outs[0].shape) if self.nfields == 1 else tuple(
+                None if b is None else (b.ptr, b.strides, b.shape) for b in outs)
+            key = (ends, heap.generation, heap.allocations)
+            hit = self._classes.get(key)
         if hit is None:
             # what each field's target is (the header's kinds): peers store into a result or host symmetric memory
             kinds = [RESULT if b is None or b.size == 0 else heap.find(*b.address_range()) if _same_layout(b, r)
