@@ -393,6 +393,7 @@ def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, 
             _same_everywhere([p[3][f] for p in step.gathered], f"field {f}: element_sizes[{f}]")
     # The result is dense in the order the C caller names, whatever the operand strides suggest.
     r = redist.Redistribute(tuple(ops) if fields else ops[0], (lo, hi), (olo, ohi), options=opts)
+    r._replayable = False  # its calls are replayed here (_offer_replay), not by the Python API's own table
     try:
         hid = _next_id
         _next_id += 1

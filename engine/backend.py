@@ -48,6 +48,7 @@ __all__ = [
     "SIGNALS",
     "TRANSPORTS",
     "lower",
+    "replays",
     "select_backend",
 ]
 
@@ -108,6 +109,9 @@ class Context:
         forget the host symmetric allocations (their owners' arrays stay valid while referenced)."""
         if self._heap is not None:
             self._heap.close()
+        from .host import compiled
+
+        compiled.drop_all()  # none should be left (each executable's free() drops its own)
         if self._second is not None:
             self._second.Free()
             self._second = None
@@ -251,3 +255,14 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> Execut
     """Collective: lower ``plan`` (one field, or several fused) on ``ctx`` with the backend ``options.backend``."""
     module = importlib.import_module(BACKENDS[options.backend])
     return module.lower(plan, ctx, options)
+
+
+def replays(serial: int, fields: bool, nfields: int, nranks: int):
+    """Where an object's repeated calls run the words of :meth:`Executable.replay` in C
+    (engine/host/compiled.py): its :class:`~redist.engine.host.compiled.Replays`, keyed by
+    ``serial``; None where the extension is not built or ``REDIST_COMPILED_REPLAY=0``. Local."""
+    from .host import compiled
+
+    if not compiled.available():
+        return None
+    return compiled.Replays(serial, fields, nfields, nranks)

@@ -20,8 +20,10 @@ install_old() {  # the commit in .old, beside this tree's /tmp/site
   rm -rf /tmp/site_old; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_old ./.old > /dev/null 2>&1
 }
 step install
-rm -rf /tmp/site build ./*.egg-info; python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl . > "$OUT/install.txt" 2>&1 || { tail -20 "$OUT/install.txt"; exit 1; }
-export PYTHONPATH=/tmp/site
+rm -rf /tmp/site build ./*.egg-info; python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$OUT/install.txt" 2>&1 || { tail -20 "$OUT/install.txt"; exit 1; }
+export PYTHONPATH=/tmp/site  # cffi from .whl: setup.py generates the compiled replays' C source with it
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . >> "$OUT/install.txt" 2>&1 || { tail -20 "$OUT/install.txt"; exit 1; }
+python3 -c "from redist.engine.host import compiled; print('compiled replays:', compiled.unavailable_reason() or 'built')" | tee -a "$OUT/install.txt"
 { nvidia-smi -L; python3 -c 'import torch, cupy, cuda.core, mpi4py; print(torch.__version__, cupy.__version__, mpi4py.__version__)'; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 for s in "$@"; do
@@ -117,13 +119,14 @@ for s in "$@"; do
       done
     fi ;;
   out-ab)
-    step "host: bench_out.py at P=2 and 4, this tree and the commit in .old alternating, OUT_ROUNDS rounds"
+    step "host: bench_out.py at P=2 and 4, alternating OUT_TAGS (new: this tree, old: the commit in .old, python: this tree with REDIST_COMPILED_REPLAY=0), OUT_ROUNDS rounds"
     export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
-    install_old
-    for r in $(seq ${OUT_ROUNDS:-2}); do for tag in new old; do for p in 2 4; do
+    case " ${OUT_TAGS:-new old} " in *" old "*) install_old ;; esac
+    for r in $(seq ${OUT_ROUNDS:-2}); do for tag in ${OUT_TAGS:-new old}; do for p in 2 4; do
       site=/tmp/site; [ $tag = old ] && site=/tmp/site_old:/tmp/site
+      compiled=1; [ $tag = python ] && compiled=0
       # shellcheck disable=SC2086
-      PYTHONPATH=$site timeout 150 mpiexec --allow-run-as-root --bind-to core -n $p python3 perf/bench_out.py \
+      REDIST_COMPILED_REPLAY=$compiled PYTHONPATH=$site timeout 150 mpiexec --allow-run-as-root --bind-to core -x REDIST_COMPILED_REPLAY -n $p python3 perf/bench_out.py \
         --sizes ${HOST_SIZES:-32 64 128 256} --methods ${HOST_METHODS:-push-symmetric auto hybrid} --reps 9 \
         > "$OUT/out_ab_p${p}_${tag}_r$r.txt" 2>&1 || echo "rc=$? $tag P=$p round $r" | tee -a "$OUT/steps.txt"
     done; done; done

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Python's repeated host calls replayed in C (the extension ``_replay_ext``: engine/host/replay_ext.c
+around cabi/redist_replay.c, the C ABI's replays).
+
+A time loop calls ``execute()`` with the same operand and ``out=`` every step, or alternates between
+a few. Once such a call has run through Python and succeeded, the executable's words for the next
+identical call (:meth:`.push.PushExecutable.replay`, :meth:`.executable.HostExecutable.replay`)
+are installed in the extension's table under the object's :class:`Replays`; the next call with
+that binding runs there: the status round, then the stores, copies and messages, without the
+interpreter. A peer that says something else hands the call back to Python on every rank
+(``Redistribute._resume``), as the C ABI does. The executable forgets the words when they stop
+being valid (freed, released operand, new status codes, freed host symmetric memory) and calls
+:meth:`Replays.forget`.
+
+The extension is optional: setup.py builds it where a C compiler is found. Without it (or with
+``REDIST_COMPILED_REPLAY=0``) every call runs in Python, with the same results.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+__all__ = ["Replays", "available", "drop_all", "unavailable_reason"]
+
+try:
+    from . import _replay_ext  # type: ignore[attr-defined]
+except ImportError as _e:  # built without a C compiler, or a checkout that was never installed
+    _replay_ext = None
+    _missing = f"the extension redist.engine.host._replay_ext is not built ({_e})"
+else:
+    _missing = None
+
+def unavailable_reason() -> str | None:
+    """Why Python's calls are not replayed in C (None: they are)."""
+    if os.environ.get("REDIST_COMPILED_REPLAY", "").strip().lower() in ("0", "false", "no", "off"):
+        return "REDIST_COMPILED_REPLAY=0"
+    return _missing
+
+
+def available() -> bool:
+    """Whether new objects replay their repeated host calls in C."""
+    return unavailable_reason() is None
+
+
+def drop_all() -> None:
+    """Every object's replays go (redist.finalize(): the requests they name are freed)."""
+    if _replay_ext is not None:
+        _replay_ext.lib.redist_replay_drop_all()
+
+
+class Replays:
+    """One object's replays in the extension's table (keyed by ``serial``, unique in the process),
+    for ``nfields`` operands, with room for what ``nranks - 1`` peers say. Local."""
+
+    #: what :meth:`run1` and :meth:`run` return: no replay of this binding (run it in Python), done, a
+    #: peer said something else (nothing written: Python finishes the call), an MPI call failed
+    NONE, DONE, RESUME, FAILED = -1, 0, 1, 2
+
+    __slots__ = ("serial", "fields", "nfields", "heard", "_ops", "_outs", "_lib", "_ffi")
+
+    def __init__(self, serial: int, fields: bool, nfields: int, nranks: int) -> None:
+        assert _replay_ext is not None
+        self._lib, self._ffi = _replay_ext.lib, _replay_ext.ffi
+        self.serial, self.fields, self.nfields = serial, int(fields), nfields
+        self.heard = self._ffi.new("int32_t[]", nranks + 2)
+        self._ops = self._ffi.new("uintptr_t[]", nfields)
+        self._outs = self._ffi.new("uintptr_t[]", nfields)
+
+    def offer(self, words, outs: Sequence[int]) -> bool:
+        """Install ``words`` (engine/host/replay.py) for the binding just run into ``outs`` (one key
+        per field; 0: the engine-owned result). False where the extension refused them (another
+        version of the words, no memory): such calls stay in Python."""
+        return self._lib._redist_set_replay(self.serial, self.fields, self.nfields, list(outs), list(outs),
+                                            self._ffi.from_buffer("int64_t[]", words), len(words)) == 0
+
+    def forget(self) -> None:
+        """Every replay of this object goes (what the executable calls when its words stop being valid)."""
+        self._lib._redist_drop_replay(self.serial)
+
+    def run1(self, operand: int, out: int) -> int:
+        """One field: the replay of this binding (``out``: its key, 0 for the engine-owned result):
+        NONE, DONE, RESUME (:meth:`what_was_heard`) or FAILED (:meth:`error`)."""
+        return self._lib.redist_replay_execute1(self.serial, operand, out, self.heard, len(self.heard))
+
+    def run(self, operands: Sequence[int], outs: Sequence[int]) -> int:
+        """Several fields: as :meth:`run1`."""
+        self._ops[0:self.nfields] = operands
+        self._outs[0:self.nfields] = outs
+        return self._lib.redist_replay_execute(self.serial, self.fields, self.nfields, self._ops, self._outs,
+                                               self.heard, len(self.heard))
+
+    def what_was_heard(self) -> tuple[int, list[int]]:
+        """After RESUME: this rank's code and the codes its peers said."""
+        return self.heard[0], [self.heard[2 + i] for i in range(self.heard[1])]
+
+    def count(self) -> int:
+        """How many bindings of this object have a replay now."""
+        return self._lib.redist_replay_count(self.serial)
+
+    def error(self) -> str:
+        """After FAILED: the MPI call that failed and its message."""
+        return self._ffi.string(self._lib.redist_replay_error()).decode("utf-8", "replace")

@@ -1,0 +1,283 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Python's repeated host calls replayed in C (engine/host/compiled.py, the extension _replay_ext).
+
+    mpiexec -n P python compiled_worker.py [--disabled]
+
+Counted: which calls entered the executable's Python ``execute`` (the others ran as replays).
+Uneven slabs, element value = global index, float64 and complex64, every host method and push
+route. For each: repeated calls into the engine-owned result, into one out=, alternating two out=
+arrays and two operands (a double-buffered loop), are right at every step and, from the third
+call of a binding on, run without Python (alltoallw: always in Python); the engine-owned result
+does not change under out= calls. Then, where replays exist: a new out= on one rank only (the
+others replay, hand the call back, and every rank gets its data), a read-only out= on one rank
+(every rank raises the same error, no byte of any out= or result changes), an out= reshaped in
+place on one rank (checked again in Python), a released operand on one rank, a DEBUG logger
+(calls go through Python and log), several fields, free(), an object dropped without free() and
+finalize(): no replay is left behind. ``--disabled`` (REDIST_COMPILED_REPLAY=0): every call runs
+in Python and no replay is made.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from helpers import PUSH_ROUTES, Report, global_values, push_route, sl  # noqa: E402
+
+import redist  # noqa: E402
+from redist import Redistribute, Slab  # noqa: E402
+from redist.engine import errors  # noqa: E402
+from redist.engine.host import compiled, executable, push  # noqa: E402
+
+SHAPES = ((13, 10, 6), (40, 33, 20))  # the second lands nothing at P = 2: push's other routes too
+METHODS = ("auto", *PUSH_ROUTES, "hybrid", "datatype", "pack", "alltoallw")
+STEPS = 6
+python_calls = [0]  # calls that entered an executable's execute() in Python
+
+
+def _counted(cls):
+    original = cls.execute
+
+    def execute(self, *args, **kwargs):
+        python_calls[0] += 1
+        return original(self, *args, **kwargs)
+
+    cls.execute = execute
+
+
+_counted(push.PushExecutable)
+_counted(executable.HostExecutable)
+
+
+def problem(shape, dtype, rank, P):
+    g = global_values(shape, dtype)
+    ib, ob = Slab.X.box(rank, shape, nranks=P), Slab.Y.box(rank, shape, nranks=P)
+    return g, ib, ob, np.ascontiguousarray(g[sl(ib)])
+
+
+def make(a, ib, ob, method):
+    """A planned object of ``method`` (None where the MPI lacks it: raised on every rank)."""
+    with push_route(method):
+        r = Redistribute(a, ib, ob, options={"host_method": method.split("-")[0]})
+        try:
+            r.plan()
+        except errors.NotSupportedError:
+            r.free()
+            return None
+    return r
+
+
+def held(r) -> int:
+    return 0 if r._replays is None else r._replays.count()
+
+
+def out_replays(method: str, shape, symmetric: bool) -> bool | None:
+    """Whether an out= call of ``method`` has a replay (None: not checked): the message methods'
+    always, alltoallw's never; push's (as planned) where it lands (the small shape) or stores into
+    host symmetric memory. Its other routes depend on P and the MPI (where nothing crosses ranks
+    every route lands; the cross-memory copies and messages run in Python: PushExecutable.replay)."""
+    if method in ("hybrid", "datatype", "pack", "alltoallw"):
+        return method != "alltoallw"
+    return True if method in ("auto", "push") and (symmetric or shape == SHAPES[0]) else None
+
+
+def loops(report: Report, world, disabled: bool) -> None:
+    rank, P = world.Get_rank(), world.Get_size()
+    for shape in SHAPES:
+        for dtype in (np.float64, np.complex64):
+            g, ib, ob, a = problem(shape, dtype, rank, P)
+            want = g[sl(ob)]
+            for symmetric in (False, True):
+                if symmetric:
+                    outs = [redist.allocate_symmetric_memory(want.shape, np, dtype=dtype, make_symmetric=True)
+                            for _ in range(2)]
+                else:
+                    outs = [np.empty(want.shape, dtype) for _ in range(2)]
+                for method in METHODS:
+                    label = f"{method} {shape} {np.dtype(dtype).name} {'symmetric' if symmetric else 'private'} out="
+                    r = make(a, ib, ob, method)
+                    if r is None:
+                        continue
+                    one_loop(report, r, label, a, want, outs, disabled=disabled,
+                             out_replay=out_replays(method, shape, symmetric))
+                if symmetric:
+                    for out in outs:
+                        redist.free_symmetric_memory(out)
+
+
+def one_loop(report: Report, r, label: str, a, want, outs, *, disabled: bool, out_replay: bool | None) -> None:
+    """Repeated calls of ``r`` into its result and into ``outs``; ``out_replay``: whether its out= calls
+    replay (None: not checked)."""
+    result_replays = not disabled and not label.startswith("alltoallw")
+    if disabled:
+        out_replay = False
+    report.check((r._replays is not None) == (not disabled), f"{label}: replays {r._replays}")
+    operands = [a + 1, a + 2]
+    # the engine-owned result, one operand
+    for step in range(STEPS):
+        before = python_calls[0]
+        res = r.execute()
+        report.check(np.array_equal(res, want), f"{label}: result step {step} wrong")
+        ran = python_calls[0] - before
+        if step >= 2:  # the first runs in Python, the second too and offers its replay
+            report.check(ran == (0 if result_replays else 1), f"{label}: result step {step}: {ran} Python calls")
+    kept = res.copy()
+    # two operands, two out= arrays: a double-buffered loop (four bindings)
+    for step in range(3 * 4):
+        op, out = operands[step % 2], outs[(step // 2) % 2]
+        op[...] = a + step  # new data every step (the same arrays)
+        r.reset_operand_unchecked(op)
+        out[...] = -1
+        before = python_calls[0]
+        got = r.execute(out=out)
+        ran = python_calls[0] - before
+        report.check(got is out and np.array_equal(out, want + step), f"{label}: out= step {step} wrong")
+        if step >= 4 and out_replay is not None:  # each binding has run once in Python (and offered its replay)
+            report.check(ran == (0 if out_replay else 1), f"{label}: out= step {step}: {ran} Python calls")
+    report.check(np.array_equal(res, kept), f"{label}: the engine-owned result changed under out= calls")
+    replays = r._replays
+    if replays is not None and result_replays:
+        misuse(report, r, label, a, want, outs)
+    r.free()
+    report.check(replays is None or replays.count() == 0, f"{label}: replays left after free()")
+
+
+def misuse(report: Report, r, label: str, a, want, outs) -> None:
+    """On an object whose calls replay: one rank does something else."""
+    world = report.comm
+    rank, P = world.Get_rank(), world.Get_size()
+    last = rank == P - 1
+    r.reset_operand_unchecked(a)
+    for _ in range(3):
+        r.execute(out=outs[0])
+    # a new out= on the last rank only: the others replay and hand the call back
+    fresh = np.full(want.shape, -1, want.dtype)
+    got = r.execute(out=fresh if last else outs[0])
+    report.check(np.array_equal(got, want), f"{label}: new out= on rank {P - 1} only: wrong data")
+    # a read-only out= on the last rank: every rank raises, nothing changes anywhere
+    outs[0][...] = 7
+    result_before = r.execute().copy()
+    for _ in range(2):
+        r.execute()
+    bad = np.full(want.shape, 5, want.dtype)
+    bad.flags.writeable = False
+    target = bad if last else outs[0]
+    report.expect_error(lambda: r.execute(out=target), errors.InvalidValueError, "read-only",
+                        f"{label}: read-only out= on rank {P - 1}")
+    report.check(np.all(outs[0] == 7) and np.all(bad == 5), f"{label}: a refused call wrote an out=")
+    report.check(np.array_equal(r._result, result_before), f"{label}: a refused call wrote the result")
+    # an out= reshaped in place on the last rank (after its binding replayed): checked in Python again
+    for _ in range(3):
+        r.execute(out=outs[1])
+    if last and outs[1].ndim and outs[1].shape[0] > 1 and outs[1].shape[-1] > 1:
+        outs[1].shape = outs[1].shape[::-1]
+    if world.allreduce(int(outs[1].shape != want.shape)):
+        report.expect_error(lambda: r.execute(out=outs[1]), errors.InvalidValueError, "shape",
+                            f"{label}: out= reshaped in place on rank {P - 1}")
+        outs[1].shape = want.shape
+    # a released operand on the last rank: every rank raises, and the object works again after a reset
+    for _ in range(3):
+        r.execute()
+    if last:
+        r.release_operand()
+    report.expect_error(lambda: r.execute(), errors.InvalidStateError, "released",
+                        f"{label}: released operand on rank {P - 1}")
+    r.reset_operand(a)
+    report.check(np.array_equal(r.execute(), want), f"{label}: after the released operand")
+    # more out= arrays in turn than a handle keeps replays of (4): right at every call
+    many = [np.empty_like(want) for _ in range(6)]
+    for step in range(4 * len(many)):
+        out = many[step % len(many)]
+        out[...] = -1
+        r.execute(out=out)
+        report.check(np.array_equal(out, want), f"{label}: cycling {len(many)} out= arrays, step {step} wrong")
+    # DEBUG: every call goes through Python (and is logged)
+    for _ in range(3):
+        r.execute()
+    logger = r._logger.logger if hasattr(r._logger, "logger") else r._logger
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        before = python_calls[0]
+        r.execute()
+        report.check(python_calls[0] - before == 1, f"{label}: a DEBUG call did not run in Python")
+    finally:
+        logger.setLevel(level)
+
+
+def fields(report: Report, world, disabled: bool) -> None:
+    """Several fields: repeated result calls replay; the data of each field is right."""
+    rank, P = world.Get_rank(), world.Get_size()
+    shape = (11, 9, 7)
+    g, ib, ob, a = problem(shape, np.float64, rank, P)
+    b = (a * 3).astype(np.complex64)
+    for method in ("auto", "hybrid"):
+        r = Redistribute((a, b), ib, ob, options={"host_method": method})
+        r.plan()
+        for step in range(STEPS):
+            before = python_calls[0]
+            ra, rb = r.execute()
+            ok = np.array_equal(ra, g[sl(ob)]) and np.array_equal(rb, (g[sl(ob)] * 3).astype(np.complex64))
+            report.check(ok, f"fields {method}: step {step} wrong")
+            if step >= 2:
+                report.check(python_calls[0] - before == int(disabled), f"fields {method}: step {step} in Python")
+        r.free()
+
+
+def lifetimes(report: Report, world, disabled: bool) -> None:
+    """An object dropped without free() and finalize() leave no replay behind."""
+    rank, P = world.Get_rank(), world.Get_size()
+    g, ib, ob, a = problem((13, 10, 6), np.float64, rank, P)
+    r = Redistribute(a, ib, ob)
+    r.plan()
+    for _ in range(4):
+        res = r.execute()
+    replays = r._replays
+    report.check(disabled or replays.count() == 1, "dropped: no replay before")
+    del r
+    gc.collect()
+    report.check(disabled or replays.count() == 0, "an object dropped without free() left its replays")
+    report.check(np.array_equal(res, g[sl(ob)]), "the result held past the object is wrong")
+    r = Redistribute(a, ib, ob)
+    r.plan()
+    for _ in range(4):
+        r.execute()
+    replays = r._replays
+    redist.finalize()
+    report.check(disabled or replays.count() == 0, "finalize() left replays")
+    redist.initialize()
+    r = Redistribute(a, ib, ob)
+    r.plan()
+    for _ in range(4):
+        got = r.execute()
+    report.check(np.array_equal(got, g[sl(ob)]), "after finalize/initialize: wrong data")
+    r.free()
+
+
+def main() -> int:
+    disabled = "--disabled" in sys.argv
+    if disabled:
+        os.environ["REDIST_COMPILED_REPLAY"] = "0"
+    redist.initialize()
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    report = Report(world)
+    report.check(compiled.available() != disabled, f"compiled replays: {compiled.unavailable_reason()}")
+    for part in (loops, fields, lifetimes):
+        try:
+            part(report, world, disabled)
+        except Exception:  # noqa: BLE001
+            report.exception(part.__name__)
+        if not report.ok_everywhere():
+            break
+    return report.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
