@@ -642,8 +642,9 @@ static int redist_replay_run(redist_replay_t *rp)
 {
     int rc, same = 1;
     int32_t i;
-    for (i = 0; i < rp->nsets; i++) /* read by the peers after my status (MPI orders it) */
-        *rp->set_at[i] = rp->set_value[i];
+    for (i = 0; i < rp->nsets; i++) /* read by the peers after my status (MPI orders it); a word that */
+        if (*rp->set_at[i] != rp->set_value[i]) /* holds its value already is not written: the peers' */
+            *rp->set_at[i] = rp->set_value[i];  /* copies of its cache line stay valid */
     if ((rc = rp->startall(rp->nfirst, rp->first)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
     if ((rc = rp->waitall(rp->nothers, rp->first, rp->statuses)) != 0)

@@ -398,11 +398,10 @@ class Redistribute(Generic[ArrayT]):
         capture stays valid. See :meth:`update_captured` for rebinding the recorded copies.
         """
         replays = self._replays
-        if (replays is not None and stream is None and release_workspace is False and sync_symmetric_memory is True
-                and self._state is _State.READY):
+        if replays is not None and stream is None and release_workspace is False and sync_symmetric_memory is True:
             done = self._replayed(replays, out)
             if done is not None:
-                return done[0]
+                return done
         exe = self._exe
         problem = None
         s = 0
@@ -447,12 +446,12 @@ class Redistribute(Generic[ArrayT]):
                 self._offer(replays, out)
         return target
 
-    def _replayed(self, replays, out) -> tuple[Any] | None:
-        """Run this call (no stream, the default flags, READY) as the replay of its binding, where
-        there is one: (what it returns,); None where the call goes through Python (also while DEBUG
-        logs each call). A peer that says something else hands the call back to Python here, on
+    def _replayed(self, replays, out) -> Any:
+        """Run this call (no stream, the default flags) as the replay of its binding, where there is
+        one: what it returns; None where the call goes through Python (not READY, no replay, DEBUG
+        logging each call). A peer that says something else hands the call back to Python here, on
         every rank (:meth:`_resume`)."""
-        if self._logger.isEnabledFor(logging.DEBUG):
+        if self._state is not _State.READY or self._logger.logger.isEnabledFor(logging.DEBUG):
             return None
         if out is None:
             if self._fields:
@@ -469,14 +468,15 @@ class Redistribute(Generic[ArrayT]):
                 return None
             rc = replays.run1(self._operand_ptrs[0], again[4])
             target = out
+        if rc == replays.DONE:
+            return target
         if rc == replays.NONE:
             return None
         if rc == replays.RESUME:
             code, heard = replays.what_was_heard()
             self._resume(code, heard, out)
-        elif rc != replays.DONE:
-            raise CommunicationError(f"redist host backend: MPI error in execute (compiled replay): {replays.error()}")
-        return (target,)
+            return target
+        raise CommunicationError(f"redist host backend: MPI error in execute (compiled replay): {replays.error()}")
 
     def _offer(self, replays, out) -> None:
         """After a call that ran in Python: the words of its replay for the next call of this
