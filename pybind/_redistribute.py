@@ -481,8 +481,9 @@ class Redistribute(Generic[ArrayT]):
     def _offer(self, replays, out) -> None:
         """After a call that ran in Python: the words of its replay for the next call of this
         binding (local; an object whose words cannot be made keeps running in Python). A binding
-        offered OFFERS times already stays in Python: its replays keep going before they run (a
-        loop cycling through more bindings than a handle keeps, a checked rebind every step)."""
+        whose replay was installed _OFFERS times already stays in Python: its replays keep going
+        before they run (a loop cycling through more bindings than a handle keeps, a checked rebind
+        every step)."""
         if out is None:
             key = (0,) * self._nfields
         elif self._fields:
@@ -496,11 +497,13 @@ class Redistribute(Generic[ArrayT]):
         offered = self._offered.get(binding, 0)
         if offered >= _OFFERS:
             return
+        words = self._replay(replays.forget)
+        if words is None:  # not counted: DEBUG logging, a binding not built yet, a route that cannot replay
+            return
         if len(self._offered) >= 64:
             self._offered.clear()
         self._offered[binding] = offered + 1
-        words = self._replay(replays.forget)
-        if words is not None and not replays.offer(words, key):
+        if not replays.offer(words, key):
             self._replays = None
             self._logger.warning("redist: the compiled replays refused this object's words (a build of another "
                                  "redist? reinstall it); its calls run in Python")

@@ -11,9 +11,10 @@ call of a binding on, run without Python (alltoallw: always in Python); the engi
 does not change under out= calls. Then, where replays exist: a new out= on one rank only (the
 others replay, hand the call back, and every rank gets its data), a read-only out= on one rank
 (every rank raises the same error, no byte of any out= or result changes), an out= reshaped in
-place on one rank (checked again in Python), a released operand on one rank, a DEBUG logger
-(calls go through Python and log), several fields, free(), an object dropped without free() and
-finalize(): no replay is left behind. ``--disabled`` (REDIST_COMPILED_REPLAY=0): every call runs
+place on one rank (checked again in Python), a released operand on one rank, more out= arrays in
+turn than a handle keeps replays of, a DEBUG logger (calls go through Python and log; DEBUG during
+an object's first calls does not keep it from replaying later), several fields, free(), an object
+dropped without free() and finalize(): no replay is left behind. ``--disabled`` (REDIST_COMPILED_REPLAY=0): every call runs
 in Python and no replay is made.
 """
 
@@ -229,6 +230,30 @@ def fields(report: Report, world, disabled: bool) -> None:
         r.free()
 
 
+def debug_first(report: Report, world, disabled: bool) -> None:
+    """DEBUG logging during an object's first calls (they run in Python): its calls replay once the
+    level is lowered (the calls at DEBUG offered nothing, and used up none of its offers)."""
+    rank, P = world.Get_rank(), world.Get_size()
+    g, ib, ob, a = problem((13, 10, 6), np.float64, rank, P)
+    r = Redistribute(a, ib, ob)
+    r.plan()
+    logger = r._logger.logger
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        for _ in range(5):
+            r.execute()
+    finally:
+        logger.setLevel(level)
+    for step in range(4):
+        before = python_calls[0]
+        got = r.execute()
+        report.check(np.array_equal(got, g[sl(ob)]), f"after DEBUG: step {step} wrong")
+        if step >= 1:
+            report.check(python_calls[0] - before == int(disabled), f"after DEBUG: step {step} ran in Python")
+    r.free()
+
+
 def lifetimes(report: Report, world, disabled: bool) -> None:
     """An object dropped without free() and finalize() leave no replay behind."""
     rank, P = world.Get_rank(), world.Get_size()
@@ -269,7 +294,7 @@ def main() -> int:
     world = MPI.COMM_WORLD
     report = Report(world)
     report.check(compiled.available() != disabled, f"compiled replays: {compiled.unavailable_reason()}")
-    for part in (loops, fields, lifetimes):
+    for part in (loops, fields, debug_first, lifetimes):
         try:
             part(report, world, disabled)
         except Exception:  # noqa: BLE001
