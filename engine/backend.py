@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
     from .cuda.runtime import Runtime
+    from .host.compiled import Replays
     from .host.symmetric import HostHeap
 
 #: where planning is logged: a logger, or the API's adapter that puts the rank in front of each line
@@ -257,7 +258,7 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> Execut
     return module.lower(plan, ctx, options)
 
 
-def replays(serial: int, fields: bool, nfields: int, nranks: int):
+def replays(serial: int, fields: bool, nfields: int, nranks: int) -> Replays | None:
     """Where an object's repeated calls run the words of :meth:`Executable.replay` in C
     (engine/host/compiled.py): its :class:`~redist.engine.host.compiled.Replays`, keyed by
     ``serial``; None where the extension is not built or ``REDIST_COMPILED_REPLAY=0``. Local."""

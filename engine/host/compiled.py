@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 __all__ = ["Replays", "available", "drop_all", "unavailable_reason"]
 
@@ -58,6 +61,10 @@ class Replays:
     NONE, DONE, RESUME, FAILED = -1, 0, 1, 2
 
     __slots__ = ("serial", "fields", "nfields", "heard", "_ops", "_outs", "_lib", "_ffi")
+    serial: int
+    fields: int
+    nfields: int
+    heard: Any  # int32_t[nranks + 2]: what run() heard (what_was_heard)
 
     def __init__(self, serial: int, fields: bool, nfields: int, nranks: int) -> None:
         assert _replay_ext is not None
@@ -67,7 +74,7 @@ class Replays:
         self._ops = self._ffi.new("uintptr_t[]", nfields)
         self._outs = self._ffi.new("uintptr_t[]", nfields)
 
-    def offer(self, words, outs: Sequence[int]) -> bool:
+    def offer(self, words: np.ndarray, outs: Sequence[int]) -> bool:
         """Install ``words`` (engine/host/replay.py) for the binding just run into ``outs`` (one key
         per field; 0: the engine-owned result). False where the extension refused them (another
         version of the words, no memory): such calls stay in Python."""

@@ -6,7 +6,12 @@ Python). Paths are relative to the project root, where the build runs."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import cffi
+
+if TYPE_CHECKING:
+    from setuptools import Extension
 
 MODULE = "redist.engine.host._replay_ext"
 
@@ -31,7 +36,7 @@ def ffi() -> cffi.FFI:
     return builder
 
 
-def extension(tmpdir: str = "build/cffi"):
+def extension(tmpdir: str = "build/cffi") -> Extension:
     """The setuptools Extension of the module (its C source generated into ``tmpdir``), optional:
     a failed compile leaves redist without it."""
     ext = ffi().distutils_extension(tmpdir=tmpdir, verbose=False)
