@@ -227,10 +227,12 @@ static void redist_drop_all_replays(int everything)
     pthread_mutex_unlock(&redist_replay_lock);
 }
 
-/* The replay of `handle` for its operands bound now and `outs` ([nfields], NULL: none), taken out of
-   its list (the caller runs it, then gives it back with redist_replay_return or deletes it); NULL
-   where there is none (`fields`: the kind of handle the function called is for). */
-static redist_replay_t *redist_replay_take(intptr_t handle, int32_t fields, const uintptr_t *outs)
+/* The replay of `handle` for `operands` ([nfields]; NULL: its operands bound now) and `outs`
+   ([nfields], NULL: none), taken out of its list (the caller runs it, then gives it back with
+   redist_replay_return or deletes it); NULL where there is none (`fields`: the kind of handle the
+   function called is for). */
+static redist_replay_t *redist_replay_take(intptr_t handle, int32_t fields, const uintptr_t *operands,
+                                           const uintptr_t *outs)
 {
     redist_handle_replays_t *hr;
     redist_replay_t **at = NULL, *rp = NULL;
@@ -238,7 +240,7 @@ static redist_replay_t *redist_replay_take(intptr_t handle, int32_t fields, cons
     hr = redist_handle_find(handle);
     if (hr != NULL && hr->fields == fields)
         for (at = &hr->replays; *at != NULL; at = &(*at)->next) {
-            int32_t f, same = redist_same((*at)->operands, hr->bound, hr->nfields);
+            int32_t f, same = redist_same((*at)->operands, operands != NULL ? operands : hr->bound, hr->nfields);
             for (f = 0; same && f < hr->nfields; f++)
                 same = (*at)->outs[f] == (outs != NULL ? outs[f] : 0);
             if (same) {

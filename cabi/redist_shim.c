@@ -401,7 +401,7 @@ CFFI_DLLEXPORT redist_status_t redist_execute_strided(redist_t handle, void *str
     int32_t st;
     redist_replay_t *rp;
     REDIST_ENSURE_PYTHON();
-    rp = stream == NULL && out_strides == NULL ? redist_replay_take((intptr_t)handle, 0, &want) : NULL;
+    rp = stream == NULL && out_strides == NULL ? redist_replay_take((intptr_t)handle, 0, NULL, &want) : NULL;
     if (rp != NULL)
         st = redist_replay_call(handle, rp, &res);
     else if ((st = redist_sync_binding(handle)) == REDIST_SUCCESS)
@@ -445,7 +445,7 @@ CFFI_DLLEXPORT redist_status_t redist_execute_fields_strided(redist_t handle, vo
     redist_status_t synced;
     REDIST_ENSURE_PYTHON();
     rp = stream == NULL && out_strides == NULL && results != NULL
-             ? redist_replay_take((intptr_t)handle, 1, (const uintptr_t *)outs) : NULL;
+             ? redist_replay_take((intptr_t)handle, 1, NULL, (const uintptr_t *)outs) : NULL;
     if (rp != NULL)
         return redist_replay_call(handle, rp, (uintptr_t *)results);
     if ((synced = redist_sync_binding(handle)) != REDIST_SUCCESS)

@@ -398,7 +398,9 @@ class Redistribute(Generic[ArrayT]):
         capture stays valid. See :meth:`update_captured` for rebinding the recorded copies.
         """
         replays = self._replays
-        if replays is not None and stream is None and release_workspace is False and sync_symmetric_memory is True:
+        if stream is not None or release_workspace is not False or sync_symmetric_memory is not True:
+            replays = None  # only calls with the default flags and no stream replay
+        if replays is not None:
             done = self._replayed(replays, out)
             if done is not None:
                 return done
@@ -439,8 +441,7 @@ class Redistribute(Generic[ArrayT]):
         except BaseException:
             self._unbind_outs()  # a refused call keeps no out= it was given (it wrote none)
             raise
-        if (replays is not None and stream is None and release_workspace is False and sync_symmetric_memory is True
-                and problem is None):
+        if replays is not None and problem is None:
             self._python_calls += 1
             if self._python_calls > 1:
                 self._offer(replays, out)
@@ -462,9 +463,8 @@ class Redistribute(Generic[ArrayT]):
         elif self._fields:
             return None
         else:
-            again = self._out_again.get(id(out))
-            if (again is None or again[0]() is not out or not out.flags.writeable
-                    or again[1] != (out.shape, out.strides, out.dtype) or self._operand_ptrs[0] not in again[2]):
+            again = self._again_hit(out)
+            if again is None:
                 return None
             rc = replays.run1(self._operand_ptrs[0], again[4])
             target = out
@@ -489,8 +489,8 @@ class Redistribute(Generic[ArrayT]):
         elif self._fields:
             return
         else:
-            again = self._out_again.get(id(out))
-            if again is None or again[0]() is not out:
+            again = self._again_hit(out)
+            if again is None:
                 return
             key = (again[4],)
         binding = (*self._operand_ptrs, *key)
@@ -520,9 +520,8 @@ class Redistribute(Generic[ArrayT]):
                 self._exe.bind_output(None)
                 self._outs[0] = None
             return self._result, None
-        again = self._out_again.get(id(out))
-        if (again is not None and again[0]() is out and out.flags.writeable
-                and again[1] == (out.shape, out.strides, out.dtype) and self._operand_ptrs[0] in again[2]):
+        again = self._again_hit(out)
+        if again is not None:
             if out is not self._outs[0]:  # a time loop's out= again, unchanged since a call took it: bind it
                 try:
                     self._exe.bind_output(again[3])
@@ -692,6 +691,15 @@ class Redistribute(Generic[ArrayT]):
             return None
         except Exception as e:  # noqa: BLE001 -- agreed on by the call
             return collective.problem(e)
+
+    def _again_hit(self, out) -> tuple | None:
+        """``out``'s record in ``_out_again`` where it may be taken again without its checks: the
+        same object, still writable, with the layout and against an operand it was checked with."""
+        again = self._out_again.get(id(out))
+        if (again is None or again[0]() is not out or not out.flags.writeable
+                or again[1] != (out.shape, out.strides, out.dtype) or self._operand_ptrs[0] not in again[2]):
+            return None
+        return again
 
     def _again(self, out, buf) -> None:
         """Keep ``out`` (numpy, one field, just accepted with the operand bound now) for calls that

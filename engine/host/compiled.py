@@ -94,8 +94,8 @@ class Replays:
         """Several fields: as :meth:`run1`."""
         self._ops[0:self.nfields] = operands
         self._outs[0:self.nfields] = outs
-        return self._lib.redist_replay_execute(self.serial, self.fields, self.nfields, self._ops, self._outs,
-                                               self.heard, len(self.heard))
+        return self._lib.redist_replay_execute(self.serial, self.fields, self._ops, self._outs, self.heard,
+                                               len(self.heard))
 
     def what_was_heard(self) -> tuple[int, list[int]]:
         """After RESUME: this rank's code and the codes its peers said."""

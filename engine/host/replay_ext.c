@@ -29,29 +29,9 @@ static __thread char redist_last_error[REDIST_MSG_SIZE];
 
 #include "redist_replay.c"
 
-/* The replay of `handle` for `operands` and `outs` ([nfields] each; 0: the engine-owned result),
-   taken out of its list; NULL where there is none. */
-static redist_replay_t *redist_replay_find(intptr_t handle, int32_t fields, int32_t nfields, const uintptr_t *operands,
-                                           const uintptr_t *outs)
-{
-    redist_handle_replays_t *hr;
-    redist_replay_t **at, *rp = NULL;
-    pthread_mutex_lock(&redist_replay_lock);
-    hr = redist_handle_find(handle);
-    if (hr != NULL && hr->fields == fields && hr->nfields == nfields)
-        for (at = &hr->replays; *at != NULL; at = &(*at)->next)
-            if (redist_same((*at)->operands, operands, nfields) && redist_same((*at)->outs, outs, nfields)) {
-                rp = *at;
-                *at = rp->next;
-                hr->count--;
-                break;
-            }
-    pthread_mutex_unlock(&redist_replay_lock);
-    return rp;
-}
-
 /*
- * Run `handle`'s replay for this binding. Returns
+ * Run `handle`'s replay for `operands` and `outs` (as many as its fields; outs 0: the engine-owned
+ * result). Returns
  *   -1  none (the call goes through Python);
  *    0  done;
  *    1  a peer said something else: nothing was written; heard[0] is this rank's code, heard[1] how
@@ -59,10 +39,10 @@ static redist_replay_t *redist_replay_find(intptr_t handle, int32_t fields, int3
  *    2  an MPI call failed (redist_replay_error() says which): no replay of the handle runs again.
  * `heard` has room for `room` values (at least 2 + the number of peers of the status round).
  */
-static int redist_replay_execute(intptr_t handle, int32_t fields, int32_t nfields, const uintptr_t *operands,
-                                 const uintptr_t *outs, int32_t *heard, int32_t room)
+static int redist_replay_execute(intptr_t handle, int32_t fields, const uintptr_t *operands, const uintptr_t *outs,
+                                 int32_t *heard, int32_t room)
 {
-    redist_replay_t *rp = redist_replay_find(handle, fields, nfields, operands, outs);
+    redist_replay_t *rp = redist_replay_take(handle, fields, operands, outs);
     int st;
     if (rp == NULL)
         return -1;
@@ -90,7 +70,7 @@ static int redist_replay_execute(intptr_t handle, int32_t fields, int32_t nfield
 /* One operand and one out= (the common case, without arrays to fill in). */
 static int redist_replay_execute1(intptr_t handle, uintptr_t operand, uintptr_t out, int32_t *heard, int32_t room)
 {
-    return redist_replay_execute(handle, 0, 1, &operand, &out, heard, room);
+    return redist_replay_execute(handle, 0, &operand, &out, heard, room);
 }
 
 static const char *redist_replay_error(void)

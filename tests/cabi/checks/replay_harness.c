@@ -92,7 +92,7 @@ int harness_run(const int64_t *words, int64_t nwords, uintptr_t out)
     int st;
     if (_redist_set_replay(1, 0, 1, &out, &result, words, nwords) != 0)
         return -2;
-    rp = redist_replay_take(1, 0, &out);
+    rp = redist_replay_take(1, 0, NULL, &out);
     if (rp == NULL)
         return -3;
     st = redist_replay_run(rp);
