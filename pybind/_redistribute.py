@@ -460,17 +460,18 @@ class Redistribute(Generic[ArrayT]):
             else:
                 rc = replays.run1(self._operand_ptrs[0], 0)
             target = self._result
-        elif self._fields:
+        elif self._fields or not isinstance(out, np.ndarray):
             return None
-        else:
-            again = self._again_hit(out)
-            if again is None:
-                return None
-            rc = replays.run1(self._operand_ptrs[0], again[4])
+        else:  # the out= is matched in C against its record (_offer), data pointer included
+            rc = replays.run_out(self._operand_ptrs[0], out)
             target = out
         if rc == replays.DONE:
             return target
         if rc == replays.NONE:
+            return None
+        if rc == replays.CHANGED:  # reshaped, retyped, made read-only or moved in place: checked again
+            self._out_again.pop(id(out), None)
+            self._out_checked.pop((id(out), 0), None)
             return None
         if rc == replays.RESUME:
             code, heard = replays.what_was_heard()
@@ -484,6 +485,7 @@ class Redistribute(Generic[ArrayT]):
         whose replay was installed _OFFERS times already stays in Python: its replays keep going
         before they run (a loop cycling through more bindings than a handle keeps, a checked rebind
         every step)."""
+        again = None
         if out is None:
             key = (0,) * self._nfields
         elif self._fields:
@@ -507,6 +509,8 @@ class Redistribute(Generic[ArrayT]):
             self._replays = None
             self._logger.warning("redist: the compiled replays refused this object's words (a build of another "
                                  "redist? reinstall it); its calls run in Python")
+        elif again is not None:
+            replays.record_out(out, key[0], again[2])
 
     def _bind_call(self, out) -> tuple[Any, collective.Problem | None]:
         """Bind ``out`` (None: the engine-owned results) for a call: (what the call returns, this

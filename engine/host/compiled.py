@@ -19,6 +19,7 @@ The extension is optional: setup.py builds it where a C compiler is found. Witho
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,8 +60,10 @@ class Replays:
     #: what :meth:`run1` and :meth:`run` return: no replay of this binding (run it in Python), done, a
     #: peer said something else (nothing written: Python finishes the call), an MPI call failed
     NONE, DONE, RESUME, FAILED = -1, 0, 1, 2
+    #: what :meth:`run_out` also returns: the out= changed in place since its record (which went)
+    CHANGED = -2
 
-    __slots__ = ("serial", "fields", "nfields", "heard", "_ops", "_outs", "_lib", "_ffi")
+    __slots__ = ("serial", "fields", "nfields", "heard", "_ops", "_outs", "_lib", "_ffi", "_watched")
     serial: int
     fields: int
     nfields: int
@@ -73,6 +76,7 @@ class Replays:
         self.heard = self._ffi.new("int32_t[]", nranks + 2)
         self._ops = self._ffi.new("uintptr_t[]", nfields)
         self._outs = self._ffi.new("uintptr_t[]", nfields)
+        self._watched: dict[int, weakref.ref] = {}  # id(out) -> a weak reference that drops its record
 
     def offer(self, words: np.ndarray, outs: Sequence[int]) -> bool:
         """Install ``words`` (engine/host/replay.py) for the binding just run into ``outs`` (one key
@@ -84,6 +88,42 @@ class Replays:
     def forget(self) -> None:
         """Every replay of this object goes (what the executable calls when its words stop being valid)."""
         self._lib._redist_drop_replay(self.serial)
+        self._forget_outs()
+
+    def _forget_outs(self) -> None:
+        self._lib.redist_out_forget(self.serial)
+        self._watched.clear()
+
+    def record_out(self, out: np.ndarray, key: int, operands: Sequence[int]) -> None:
+        """Record ``out`` as it is now (checked against ``operands``) as the array of replay key
+        ``key``, for :meth:`run_out`. The record goes with the array (a weak reference's callback),
+        so its address never names another object."""
+        ident = id(out)
+        if ident not in self._watched:
+            if len(self._watched) >= 64:  # the C table keeps 64 records in all
+                self._forget_outs()
+            self._watched[ident] = weakref.ref(out, self._dropper(ident))
+        self._lib.redist_out_record(self.serial, ident, key, list(operands), len(operands))
+
+    def _dropper(self, ident: int):
+        lib, serial, watched = self._lib, self.serial, self._watched  # not self: the callback keeps no cycle
+
+        def drop(_ref: weakref.ref) -> None:
+            lib.redist_out_drop(serial, ident)
+            watched.pop(ident, None)
+
+        return drop
+
+    def recorded(self) -> int:
+        """How many out= arrays this object has records of (:meth:`record_out`)."""
+        return self._lib.redist_out_count(self.serial)
+
+    def run_out(self, operand: int, out: np.ndarray) -> int:
+        """One field into a numpy ``out=``: as :meth:`run1` for the key of its record, where ``out``
+        (the caller holds it) still has the type, data pointer, shape, strides, dtype and
+        writability recorded with it and was checked against ``operand``; CHANGED where it was
+        recorded and is not as recorded now; NONE otherwise."""
+        return self._lib.redist_replay_execute_out(self.serial, operand, id(out), self.heard, len(self.heard))
 
     def run1(self, operand: int, out: int) -> int:
         """One field: the replay of this binding (``out``: its key, 0 for the engine-owned result):

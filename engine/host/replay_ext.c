@@ -11,9 +11,17 @@
  * messages, without entering the interpreter. Where a peer says something else, Python finishes the
  * call from what was heard (Redistribute._resume), as the C ABI's shim does.
  *
+ * A numpy out= is matched here too (redist_replay_execute_out): the array object's address, read
+ * as numpy's C API reads it (its type, data pointer, shape, strides, dtype and writability), against
+ * the record Python made after the call that checked it (redist_out_record), so a time loop's
+ * execute(out=) reaches its replay without Python reading the array's attributes.
+ *
  * This table is this module's own: the C ABI's libredist.so compiles its own copy of
  * redist_replay.c, and an object reached through it is replayed there only.
  */
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/ndarraytypes.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,6 +81,151 @@ static int redist_replay_execute1(intptr_t handle, uintptr_t operand, uintptr_t 
     return redist_replay_execute(handle, 0, &operand, &out, heard, room);
 }
 
+/*
+ * The numpy out= arrays of every handle that Python took again without its checks, as Python
+ * recorded them (Redistribute._offer): the array's address, what of it can change in place (shape,
+ * strides, dtype, writability; its data pointer, which numpy's __setstate__ moves), the operands it
+ * was checked against (a loop alternating operands) and the key of its replays. A full table
+ * overwrites its oldest record (that array's calls run in Python until its next record).
+ */
+#define REDIST_OUT_RECORDS 64
+#define REDIST_OUT_DIMS 8
+#define REDIST_OUT_OPERANDS 4
+
+typedef struct {
+    intptr_t handle; /* 0: unused */
+    uintptr_t object;
+    PyTypeObject *type;
+    void *data;
+    PyArray_Descr *descr;
+    int nd;
+    npy_intp dims[REDIST_OUT_DIMS], strides[REDIST_OUT_DIMS];
+    uintptr_t operands[REDIST_OUT_OPERANDS];
+    int32_t noperands;
+    uintptr_t key;
+} redist_out_record_t;
+
+static redist_out_record_t redist_out_records[REDIST_OUT_RECORDS];
+static int redist_out_next; /* the slot a new record overwrites */
+
+/* Whether `arr` is now what `rec` recorded (the caller holds a reference to it). */
+static int redist_out_same(const redist_out_record_t *rec, PyArrayObject *arr)
+{
+    int nd = PyArray_NDIM(arr);
+    return Py_TYPE((PyObject *)arr) == rec->type && (PyArray_FLAGS(arr) & NPY_ARRAY_WRITEABLE) != 0
+           && PyArray_DATA(arr) == rec->data && PyArray_DESCR(arr) == rec->descr && nd == rec->nd
+           && memcmp(PyArray_DIMS(arr), rec->dims, sizeof(npy_intp) * (size_t)nd) == 0
+           && memcmp(PyArray_STRIDES(arr), rec->strides, sizeof(npy_intp) * (size_t)nd) == 0;
+}
+
+/* Record `object` (a numpy array Python holds, as it is now) as `handle`'s out= of replay key `key`,
+   checked against `operands` ([n]; at most REDIST_OUT_OPERANDS are kept): 0, or -1 where it cannot be
+   recorded (more dimensions than a record holds; its calls then run in Python). */
+static int redist_out_record(intptr_t handle, uintptr_t object, uintptr_t key, const uintptr_t *operands,
+                             int32_t n)
+{
+    PyArrayObject *arr = (PyArrayObject *)object;
+    redist_out_record_t *rec = NULL;
+    PyGILState_STATE gil;
+    int k, nd;
+    if (n < 1)
+        return -1;
+    gil = PyGILState_Ensure(); /* cffi released it: the array is read as the interpreter holds it */
+    nd = PyArray_NDIM(arr);
+    if (nd > REDIST_OUT_DIMS) {
+        PyGILState_Release(gil);
+        return -1;
+    }
+    pthread_mutex_lock(&redist_replay_lock);
+    for (k = 0; k < REDIST_OUT_RECORDS && rec == NULL; k++)
+        if (redist_out_records[k].handle == handle && redist_out_records[k].object == object)
+            rec = &redist_out_records[k];
+    if (rec == NULL) {
+        rec = &redist_out_records[redist_out_next];
+        redist_out_next = (redist_out_next + 1) % REDIST_OUT_RECORDS;
+    }
+    rec->handle = handle;
+    rec->object = object;
+    rec->type = Py_TYPE((PyObject *)arr);
+    rec->data = PyArray_DATA(arr);
+    rec->descr = PyArray_DESCR(arr);
+    rec->nd = nd;
+    memcpy(rec->dims, PyArray_DIMS(arr), sizeof(npy_intp) * (size_t)nd);
+    memcpy(rec->strides, PyArray_STRIDES(arr), sizeof(npy_intp) * (size_t)nd);
+    rec->noperands = n < REDIST_OUT_OPERANDS ? n : REDIST_OUT_OPERANDS;
+    memcpy(rec->operands, operands, sizeof(uintptr_t) * (size_t)rec->noperands);
+    rec->key = key;
+    pthread_mutex_unlock(&redist_replay_lock);
+    PyGILState_Release(gil);
+    return 0;
+}
+
+/* The out= record of `object` goes (Python's weak reference to the array calls this as the array
+   goes, before its address can name another object). */
+static void redist_out_drop(intptr_t handle, uintptr_t object)
+{
+    int k;
+    pthread_mutex_lock(&redist_replay_lock);
+    for (k = 0; k < REDIST_OUT_RECORDS; k++)
+        if (redist_out_records[k].handle == handle && redist_out_records[k].object == object)
+            redist_out_records[k].handle = 0;
+    pthread_mutex_unlock(&redist_replay_lock);
+}
+
+/* How many out= records `handle` has. */
+static int redist_out_count(intptr_t handle)
+{
+    int k, n = 0;
+    pthread_mutex_lock(&redist_replay_lock);
+    for (k = 0; k < REDIST_OUT_RECORDS; k++)
+        n += redist_out_records[k].handle == handle;
+    pthread_mutex_unlock(&redist_replay_lock);
+    return n;
+}
+
+/* Every out= record of `handle` (0: of every handle) goes. */
+static void redist_out_forget(intptr_t handle)
+{
+    int k;
+    pthread_mutex_lock(&redist_replay_lock);
+    for (k = 0; k < REDIST_OUT_RECORDS; k++)
+        if (handle == 0 || redist_out_records[k].handle == handle)
+            redist_out_records[k].handle = 0;
+    pthread_mutex_unlock(&redist_replay_lock);
+}
+
+/* One operand and a numpy out= (`object`, which the caller holds): as redist_replay_execute1 for
+   the key of its record, where the array is as recorded and was checked against `operand`; -1
+   (none: the call goes through Python) otherwise, -2 where its record exists but the array changed
+   in place (reshaped, another dtype, read-only, its buffer moved: the record goes, and Python
+   checks the array again). */
+static int redist_replay_execute_out(intptr_t handle, uintptr_t operand, uintptr_t object, int32_t *heard,
+                                     int32_t room)
+{
+    uintptr_t key = 0;
+    int k, f, changed = 0;
+    PyGILState_STATE gil = PyGILState_Ensure(); /* as in redist_out_record; released before MPI */
+    pthread_mutex_lock(&redist_replay_lock);
+    for (k = 0; k < REDIST_OUT_RECORDS; k++) {
+        const redist_out_record_t *rec = &redist_out_records[k];
+        if (rec->handle != handle || rec->object != object)
+            continue;
+        if (!redist_out_same(rec, (PyArrayObject *)object)) {
+            redist_out_records[k].handle = 0;
+            changed = 1;
+        } else
+            for (f = 0; f < rec->noperands; f++)
+                if (rec->operands[f] == operand)
+                    key = rec->key;
+        break;
+    }
+    pthread_mutex_unlock(&redist_replay_lock);
+    PyGILState_Release(gil);
+    if (key == 0)
+        return changed ? -2 : -1;
+    return redist_replay_execute(handle, 0, &operand, &key, heard, room);
+}
+
 static const char *redist_replay_error(void)
 {
     return redist_last_error;
@@ -94,4 +247,5 @@ static int redist_replay_count(intptr_t handle)
 static void redist_replay_drop_all(void)
 {
     redist_drop_all_replays(1);
+    redist_out_forget(0);
 }

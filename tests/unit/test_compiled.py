@@ -42,3 +42,79 @@ def test_no_replay_runs_for_an_unknown_binding():
     assert replays.run([0x1000], [7]) == replays.NONE
     replays.forget()  # nothing held: a no-op
     assert replays.count() == 0
+
+
+def _recorded(replays, shape=(3, 4), dtype=np.float64):
+    size = int(np.prod(shape))
+    out = np.zeros(size + 1, dtype)[:size].reshape(shape)  # a view: __setstate__ cannot reuse its buffer
+    replays.record_out(out, 7, [0x1000])
+    assert replays.recorded() == 1
+    return out
+
+
+def test_out_record_goes_with_its_array():
+    # a record names its array by address: it must go before that address can name another object
+    replays = compiled.Replays(next(_serials), False, 1, 2)
+    out = _recorded(replays)
+    assert replays.run_out(0x1000, out) == replays.NONE  # as recorded: key 7, which has no replay
+    del out
+    assert replays.recorded() == 0
+    out = _recorded(replays)
+    replays.forget()
+    assert replays.recorded() == 0
+    assert replays.run_out(0x1000, out) == replays.NONE
+
+
+def test_out_record_sees_an_array_changed_in_place():
+    changes = {
+        "read-only": lambda out: setattr(out.flags, "writeable", False),
+        "reshaped": lambda out: setattr(out, "shape", (9, 1)),
+        "another dtype": lambda out: setattr(out, "dtype", np.int64),
+        "moved by __setstate__": lambda out: out.__setstate__(out.__reduce__()[2]),
+    }
+    replays = compiled.Replays(next(_serials), False, 1, 2)
+    for name, change in changes.items():
+        out = _recorded(replays, (3, 3))
+        data = out.ctypes.data
+        change(out)
+        assert name != "moved by __setstate__" or out.ctypes.data != data
+        assert replays.run_out(0x1000, out) == replays.CHANGED, name
+        assert replays.recorded() == 0, name  # the record went: Python checks the array again
+        assert replays.run_out(0x1000, out) == replays.NONE, name
+
+
+def test_out_record_names_its_operands():
+    replays = compiled.Replays(next(_serials), False, 1, 2)
+    out = _recorded(replays)
+    assert replays.run_out(0x2000, out) == replays.NONE  # checked against another operand only
+    assert replays.recorded() == 1  # the record stays: the array is as it was
+    replays.forget()
+
+
+def test_out_records_are_bounded():
+    replays = compiled.Replays(next(_serials), False, 1, 2)
+    arrays = [np.zeros(4) for _ in range(100)]
+    for out in arrays:
+        replays.record_out(out, 7, [0x1000])
+    assert 1 <= replays.recorded() <= 64
+    replays.record_out(arrays[0], 7, [0x1000])  # again: one record of it, not two
+    count = replays.recorded()
+    replays.record_out(arrays[0], 7, [0x1000])
+    assert replays.recorded() == count
+    replays.forget()
+    assert replays.recorded() == 0
+
+
+def test_out_record_of_a_subclass():
+    class Tagged(np.ndarray):
+        pass
+
+    replays = compiled.Replays(next(_serials), False, 1, 2)
+    out = np.zeros((3, 4)).view(Tagged)
+    replays.record_out(out, 7, [0x1000])
+    assert replays.run_out(0x1000, out) == replays.NONE  # as recorded
+    assert replays.run_out(0x1000, out.view(np.ndarray)) == replays.NONE  # another object: no record
+    out.shape = (4, 3)
+    assert replays.run_out(0x1000, out) == replays.CHANGED
+    del out
+    assert replays.recorded() == 0

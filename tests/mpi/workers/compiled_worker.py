@@ -13,7 +13,8 @@ others replay, hand the call back, and every rank gets its data), a read-only ou
 (every rank raises the same error, no byte of any out= or result changes), an out= reshaped in
 place on one rank (checked again in Python), a released operand on one rank, more out= arrays in
 turn than a handle keeps replays of, a DEBUG logger (calls go through Python and log; DEBUG during
-an object's first calls does not keep it from replaying later), several fields, free(), an object
+an object's first calls does not keep it from replaying later), an out= changed in place on one
+rank after its binding replays (read-only, a dtype view, its buffer moved by __setstate__), several fields, free(), an object
 dropped without free() and finalize(): no replay is left behind. ``--disabled`` (REDIST_COMPILED_REPLAY=0): every call runs
 in Python and no replay is made.
 """
@@ -211,6 +212,63 @@ def misuse(report: Report, r, label: str, a, want, outs) -> None:
         logger.setLevel(level)
 
 
+def changed_in_place(report: Report, world, disabled: bool) -> None:
+    """An out= whose binding replays, changed in place on the last rank only (the C record of the
+    array is checked, not only Python's): made read-only (every rank raises, no byte changes),
+    viewed as another dtype (every rank raises), its buffer moved by ``__setstate__`` (the data
+    lands in the new buffer; without the compiled replays the old one is written, as README says).
+    That a record goes with its array: tests/unit/test_compiled.py."""
+    rank, P = world.Get_rank(), world.Get_size()
+    last = rank == P - 1
+    g, ib, ob, a = problem((13, 10, 6), np.float64, rank, P)
+    want = g[sl(ob)]
+    for method in ("auto", "hybrid", "pack"):
+        label = f"{method} out= changed in place on rank {P - 1}"
+        r = make(a, ib, ob, method)
+        if r is None:
+            continue
+        flat = np.empty(want.size + 1, want.dtype)[:want.size]  # out= a view of it: __setstate__ cannot free
+        out = flat.reshape(want.shape)                           # its buffer
+
+        def replayed(steps=3):
+            for step in range(steps):
+                out[...] = -1
+                before = python_calls[0]
+                r.execute(out=out)
+                ran = python_calls[0] - before
+            report.check(np.array_equal(out, want), f"{label}: wrong data")
+            report.check(ran == int(disabled), f"{label}: the last call ran {ran} times in Python")
+
+        replayed()
+        out[...] = 7
+        result_before = r.execute().copy()
+        if last:
+            out.flags.writeable = False
+        report.expect_error(lambda: r.execute(out=out), errors.InvalidValueError, "read-only", f"{label}: read-only")
+        report.check(np.all(out == 7), f"{label}: a refused call wrote the read-only out=")
+        report.check(np.array_equal(r._result, result_before), f"{label}: a refused call wrote the result")
+        out.flags.writeable = True
+        replayed()
+        if last:
+            out.dtype = np.int64  # the same bytes, another dtype (in place)
+        report.expect_error(lambda: r.execute(out=out), errors.InvalidValueError, "dtype", f"{label}: dtype view")
+        out.dtype = np.float64
+        replayed()
+        if not disabled:
+            old = out[...]
+            if last:  # a new buffer of the same bytes (flat keeps the old one)
+                out.__setstate__(out.__reduce__()[2])
+            report.check(not last or out.ctypes.data != old.ctypes.data, f"{label}: __setstate__ did not move")
+            out[...] = -1
+            old[...] = -1
+            r.execute(out=out)
+            report.check(np.array_equal(out, want), f"{label}: an out= moved by __setstate__ was not written")
+            report.check(not last or np.all(old == -1), f"{label}: the buffer __setstate__ replaced was written")
+            del old
+            replayed()
+        r.free()
+
+
 def fields(report: Report, world, disabled: bool) -> None:
     """Several fields: repeated result calls replay; the data of each field is right."""
     rank, P = world.Get_rank(), world.Get_size()
@@ -294,7 +352,7 @@ def main() -> int:
     world = MPI.COMM_WORLD
     report = Report(world)
     report.check(compiled.available() != disabled, f"compiled replays: {compiled.unavailable_reason()}")
-    for part in (loops, fields, debug_first, lifetimes):
+    for part in (loops, changed_in_place, fields, debug_first, lifetimes):
         try:
             part(report, world, disabled)
         except Exception:  # noqa: BLE001
