@@ -36,7 +36,10 @@ def ffi() -> cffi.FFI:
     """The FFI of the extension, its source set (``#include "replay_ext.c"``)."""
     builder = cffi.FFI()
     builder.cdef(CDEF)
-    builder.set_source(MODULE, '#include "replay_ext.c"', include_dirs=["engine/host", "cabi", numpy.get_include()],
+    # py_limited_api=False: the module reads numpy's array struct (not in the limited API), and numpy's
+    # headers need declarations that cffi's default Py_LIMITED_API hides (numpy 2.5: PyExc_ModuleNotFoundError)
+    builder.set_source(MODULE, '#include "replay_ext.c"', py_limited_api=False,
+                       include_dirs=["engine/host", "cabi", numpy.get_include()],
                        depends=["engine/host/replay_ext.c", "cabi/redist_replay.c", "cabi/redist.h"],
                        extra_compile_args=["-O2", "-pthread", "-Wno-unused-function"], extra_link_args=["-pthread"])
     return builder

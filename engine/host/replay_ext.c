@@ -21,6 +21,7 @@
  */
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define NO_IMPORT_ARRAY /* numpy's function table is never used: only its array struct's accessors */
 #include <numpy/ndarraytypes.h>
 #include <pthread.h>
 #include <stdint.h>
