@@ -122,6 +122,8 @@ for s in "$@"; do
     step "host: bench_out.py at P=2 and 4, alternating OUT_TAGS (new: this tree, old: the commit in .old, python: this tree with REDIST_COMPILED_REPLAY=0), OUT_ROUNDS rounds"
     export CUDA_VISIBLE_DEVICES=  # host runs: no rank sees the GPU
     case " ${OUT_TAGS:-new old} " in *" old "*) install_old ;; esac
+    python3 -c "from redist.engine.host import compiled; raise SystemExit(compiled.unavailable_reason())" \
+      || { echo "out-ab: this tree's compiled replays are not built: no A/B" | tee -a "$OUT/steps.txt"; continue; }
     for r in $(seq ${OUT_ROUNDS:-2}); do for tag in ${OUT_TAGS:-new old}; do for p in 2 4; do
       site=/tmp/site; [ $tag = old ] && site=/tmp/site_old:/tmp/site
       compiled=1; [ $tag = python ] && compiled=0
