@@ -7,7 +7,7 @@
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
 # ranks on one GPU, REDIST_SHARED_GPU=1). "host" uses the machine's CPU cores only (P = 2 and 4 without
 # oversubscription; HOST_SIZES, HOST_METHODS, HOST_BETWEEN for bench_out; "out-ab": bench_out for this tree
-# and .old alternating, OUT_ROUNDS rounds; HOST_PROBE=1 adds
+# and .old alternating, OUT_ROUNDS rounds, OUT_ARGS more bench_out.py arguments; HOST_PROBE=1 adds
 # probe_hot_destination.py and probe_cold_call.py); for its 2DECOMP&FFT part (D2D_GRIDS=none skips it; D2D_BETWEEN: what the drivers
 # do before each timed call, default poison) carry scratch/2decomp-src (a 2DECOMP&FFT source tree).
 set -o pipefail
@@ -129,7 +129,7 @@ for s in "$@"; do
       compiled=1; [ $tag = python ] && compiled=0
       # shellcheck disable=SC2086
       REDIST_COMPILED_REPLAY=$compiled PYTHONPATH=$site timeout 150 mpiexec --allow-run-as-root --bind-to core -x REDIST_COMPILED_REPLAY -n $p python3 perf/bench_out.py \
-        --sizes ${HOST_SIZES:-32 64 128 256} --methods ${HOST_METHODS:-push-symmetric auto hybrid} --reps 9 \
+        --sizes ${HOST_SIZES:-32 64 128 256} --methods ${HOST_METHODS:-push-symmetric auto hybrid} --reps 9 ${OUT_ARGS:-} \
         > "$OUT/out_ab_p${p}_${tag}_r$r.txt" 2>&1 || echo "rc=$? $tag P=$p round $r" | tee -a "$OUT/steps.txt"
     done; done; done
     tail -n 14 "$OUT"/out_ab_p2_*_r1.txt ;;

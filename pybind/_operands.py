@@ -21,6 +21,7 @@ import numpy.typing as npt
 from .engine import geometry as geo
 from .engine.buffer import Buffer
 from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+from .engine.host.compiled import data_pointer
 
 __all__ = ["RawArray", "Operand", "as_array", "layout_signature", "pointer_of", "package_of", "wrap"]
 
@@ -179,10 +180,10 @@ def wrap(obj) -> Operand:
 
 def layout_signature(obj) -> tuple:
     """What of ``obj`` can change in place without changing the object (numpy: shape, strides and
-    dtype are settable; torch: ``resize_``/``set_`` also move the data; RawArray: every field):
+    dtype are settable, ``__setstate__`` moves the data; torch: ``resize_``/``set_`` also move the data; RawArray: every field):
     equal signatures of one object mean :func:`wrap` would describe it the same way."""
-    if isinstance(obj, np.ndarray):
-        return obj.shape, obj.strides, obj.dtype
+    if isinstance(obj, np.ndarray):  # its data too: numpy's __setstate__ moves it in place
+        return data_pointer(obj), obj.shape, obj.strides, obj.dtype
     if isinstance(obj, RawArray):
         return obj.ptr, obj.shape, obj.strides, obj.itemsize, obj.memory, obj.device_id, obj.dtype, obj.readonly
     if package_of(obj) == "torch":

@@ -18,6 +18,7 @@ from . import _runtime
 from ._distributions import Box, Distribution
 from ._resolve import resolve_boxes
 from ._operands import Operand, as_array, layout_signature, wrap
+from .engine.host.compiled import data_pointer
 from ._options import RedistributeOptions, ranked_logger
 from ._streams import current_stream, graph_handles, stream_handle
 from .engine import backend, collective
@@ -212,7 +213,7 @@ class Redistribute(Generic[ArrayT]):
         self._out_checked: dict = {}
         # one field, numpy: id -> (weak reference, shape/strides/dtype, operand addresses, Buffer, key) of
         # out= objects a call accepted (a time loop's few arrays: taken again without the checks; _again).
-        # Their data cannot move: numpy refuses to resize an array that has weak references.
+        # numpy refuses to resize an array that has weak references, but __setstate__ moves its data: compared.
         self._out_again: dict = {}
         self._ptrs: dict = {}  # id -> (weak reference, address) of numpy operands rebound before
         # planned on host: where repeated calls run in C (engine/host/compiled.py; None: in Python), and
@@ -698,10 +699,11 @@ class Redistribute(Generic[ArrayT]):
 
     def _again_hit(self, out) -> tuple | None:
         """``out``'s record in ``_out_again`` where it may be taken again without its checks: the
-        same object, still writable, with the layout and against an operand it was checked with."""
+        same object, still writable, with the layout, data and against an operand it was checked with."""
         again = self._out_again.get(id(out))
         if (again is None or again[0]() is not out or not out.flags.writeable
-                or again[1] != (out.shape, out.strides, out.dtype) or self._operand_ptrs[0] not in again[2]):
+                or again[1] != (out.shape, out.strides, out.dtype) or self._operand_ptrs[0] not in again[2]
+                or data_pointer(out) != again[3].ptr):  # moved in place by __setstate__: checked again
             return None
         return again
 
@@ -713,7 +715,7 @@ class Redistribute(Generic[ArrayT]):
         layout = (out.shape, out.strides, out.dtype)
         op = self._operand_ptrs[0]
         hit = self._out_again.get(id(out))
-        if hit is not None and hit[0]() is out and hit[1] == layout:
+        if hit is not None and hit[0]() is out and hit[1] == layout and hit[3].ptr == buf.ptr:
             self._out_again[id(out)] = (hit[0], layout, (op, *hit[2][:3]) if op not in hit[2] else hit[2], hit[3],
                                         hit[4])
             return

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Replays", "available", "drop_all", "unavailable_reason"]
+__all__ = ["Replays", "available", "data_pointer", "drop_all", "unavailable_reason"]
 
 try:
     from . import _replay_ext  # type: ignore[attr-defined]
@@ -34,6 +34,18 @@ except ImportError as _e:  # built without a C compiler, or a checkout that was 
     _missing = f"the extension redist.engine.host._replay_ext is not built ({_e})"
 else:
     _missing = None
+_array_data = getattr(_replay_ext.lib, "redist_array_data", None) if _replay_ext is not None else None  # a stale build: None
+
+
+def data_pointer(array: np.ndarray) -> int:
+    """The address of element 0 of the numpy ``array``, read anew (what the API's shortcuts for an
+    ``out=`` seen before compare: numpy's ``__setstate__`` moves an array's data in place): one C call
+    where the extension is built (also with REDIST_COMPILED_REPLAY=0), else numpy's
+    ``__array_interface__`` (2-3 us)."""
+    if _array_data is not None:
+        return _array_data(id(array))
+    return array.__array_interface__["data"][0]
+
 
 def unavailable_reason() -> str | None:
     """Why Python's calls are not replayed in C (None: they are)."""

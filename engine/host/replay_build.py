@@ -26,6 +26,7 @@ int redist_out_record(intptr_t, uintptr_t, uintptr_t, const uintptr_t *, int32_t
 void redist_out_forget(intptr_t);
 void redist_out_drop(intptr_t, uintptr_t);
 int redist_out_count(intptr_t);
+uintptr_t redist_array_data(uintptr_t);
 const char *redist_replay_error(void);
 int redist_replay_count(intptr_t);
 void redist_replay_drop_all(void);

@@ -96,8 +96,8 @@ static int redist_replay_execute1(intptr_t handle, uintptr_t operand, uintptr_t 
 typedef struct {
     intptr_t handle; /* 0: unused */
     uintptr_t object;
-    PyTypeObject *type;
-    void *data;
+    PyTypeObject *type; /* a reference the record owns, as descr: no other type or dtype can be */
+    void *data;         /* made at its address and pass for it while the record holds it */
     PyArray_Descr *descr;
     int nd;
     npy_intp dims[REDIST_OUT_DIMS], strides[REDIST_OUT_DIMS];
@@ -108,6 +108,30 @@ typedef struct {
 
 static redist_out_record_t redist_out_records[REDIST_OUT_RECORDS];
 static int redist_out_next; /* the slot a new record overwrites */
+
+/* What a record owns (its type and dtype references), taken out of it as it goes (with the table's
+   lock held): released by redist_out_release once the lock is not (the GIL held). */
+typedef struct {
+    PyObject *refs[2 * REDIST_OUT_RECORDS];
+    int n;
+} redist_out_owned_t;
+
+static void redist_out_clear(redist_out_record_t *rec, redist_out_owned_t *owned)
+{
+    if (rec->handle != 0) {
+        owned->refs[owned->n++] = (PyObject *)rec->type;
+        owned->refs[owned->n++] = (PyObject *)rec->descr;
+    }
+    rec->handle = 0;
+}
+
+static void redist_out_release(redist_out_owned_t *owned)
+{
+    int k;
+    for (k = 0; k < owned->n; k++)
+        Py_DECREF(owned->refs[k]);
+    owned->n = 0;
+}
 
 /* Whether `arr` is now what `rec` recorded (the caller holds a reference to it). */
 static int redist_out_same(const redist_out_record_t *rec, PyArrayObject *arr)
@@ -127,8 +151,10 @@ static int redist_out_record(intptr_t handle, uintptr_t object, uintptr_t key, c
 {
     PyArrayObject *arr = (PyArrayObject *)object;
     redist_out_record_t *rec = NULL;
+    redist_out_owned_t owned; /* not zeroed: owned.n counts what it holds */
     PyGILState_STATE gil;
     int k, nd;
+    owned.n = 0;
     if (n < 1)
         return -1;
     gil = PyGILState_Ensure(); /* cffi released it: the array is read as the interpreter holds it */
@@ -145,11 +171,14 @@ static int redist_out_record(intptr_t handle, uintptr_t object, uintptr_t key, c
         rec = &redist_out_records[redist_out_next];
         redist_out_next = (redist_out_next + 1) % REDIST_OUT_RECORDS;
     }
+    redist_out_clear(rec, &owned); /* what it recorded before (this array, or the one it overwrites) */
     rec->handle = handle;
     rec->object = object;
     rec->type = Py_TYPE((PyObject *)arr);
+    Py_INCREF(rec->type);
     rec->data = PyArray_DATA(arr);
     rec->descr = PyArray_DESCR(arr);
+    Py_INCREF(rec->descr);
     rec->nd = nd;
     memcpy(rec->dims, PyArray_DIMS(arr), sizeof(npy_intp) * (size_t)nd);
     memcpy(rec->strides, PyArray_STRIDES(arr), sizeof(npy_intp) * (size_t)nd);
@@ -157,6 +186,7 @@ static int redist_out_record(intptr_t handle, uintptr_t object, uintptr_t key, c
     memcpy(rec->operands, operands, sizeof(uintptr_t) * (size_t)rec->noperands);
     rec->key = key;
     pthread_mutex_unlock(&redist_replay_lock);
+    redist_out_release(&owned);
     PyGILState_Release(gil);
     return 0;
 }
@@ -165,12 +195,17 @@ static int redist_out_record(intptr_t handle, uintptr_t object, uintptr_t key, c
    goes, before its address can name another object). */
 static void redist_out_drop(intptr_t handle, uintptr_t object)
 {
+    redist_out_owned_t owned; /* not zeroed: owned.n counts what it holds */
+    PyGILState_STATE gil = PyGILState_Ensure(); /* the references it owned are released */
     int k;
+    owned.n = 0;
     pthread_mutex_lock(&redist_replay_lock);
     for (k = 0; k < REDIST_OUT_RECORDS; k++)
         if (redist_out_records[k].handle == handle && redist_out_records[k].object == object)
-            redist_out_records[k].handle = 0;
+            redist_out_clear(&redist_out_records[k], &owned);
     pthread_mutex_unlock(&redist_replay_lock);
+    redist_out_release(&owned);
+    PyGILState_Release(gil);
 }
 
 /* How many out= records `handle` has. */
@@ -187,12 +222,17 @@ static int redist_out_count(intptr_t handle)
 /* Every out= record of `handle` (0: of every handle) goes. */
 static void redist_out_forget(intptr_t handle)
 {
+    redist_out_owned_t owned; /* not zeroed: owned.n counts what it holds */
+    PyGILState_STATE gil = PyGILState_Ensure();
     int k;
+    owned.n = 0;
     pthread_mutex_lock(&redist_replay_lock);
     for (k = 0; k < REDIST_OUT_RECORDS; k++)
         if (handle == 0 || redist_out_records[k].handle == handle)
-            redist_out_records[k].handle = 0;
+            redist_out_clear(&redist_out_records[k], &owned);
     pthread_mutex_unlock(&redist_replay_lock);
+    redist_out_release(&owned);
+    PyGILState_Release(gil);
 }
 
 /* One operand and a numpy out= (`object`, which the caller holds): as redist_replay_execute1 for
@@ -204,15 +244,17 @@ static int redist_replay_execute_out(intptr_t handle, uintptr_t operand, uintptr
                                      int32_t room)
 {
     uintptr_t key = 0;
+    redist_out_owned_t owned; /* not zeroed: owned.n counts what it holds */
     int k, f, changed = 0;
     PyGILState_STATE gil = PyGILState_Ensure(); /* as in redist_out_record; released before MPI */
+    owned.n = 0;
     pthread_mutex_lock(&redist_replay_lock);
     for (k = 0; k < REDIST_OUT_RECORDS; k++) {
-        const redist_out_record_t *rec = &redist_out_records[k];
+        redist_out_record_t *rec = &redist_out_records[k];
         if (rec->handle != handle || rec->object != object)
             continue;
         if (!redist_out_same(rec, (PyArrayObject *)object)) {
-            redist_out_records[k].handle = 0;
+            redist_out_clear(rec, &owned);
             changed = 1;
         } else
             for (f = 0; f < rec->noperands; f++)
@@ -221,10 +263,19 @@ static int redist_replay_execute_out(intptr_t handle, uintptr_t operand, uintptr
         break;
     }
     pthread_mutex_unlock(&redist_replay_lock);
+    redist_out_release(&owned);
     PyGILState_Release(gil);
     if (key == 0)
         return changed ? -2 : -1;
     return redist_replay_execute(handle, 0, &operand, &key, heard, room);
+}
+
+/* The data pointer of the numpy array `object` (the caller holds it): what Python's shortcuts for an
+   out= taken again compare, so that one whose buffer moved in place (ndarray.__setstate__) is checked
+   again instead of written at its old address; one C call instead of __array_interface__ (2-3 us). */
+static uintptr_t redist_array_data(uintptr_t object)
+{
+    return (uintptr_t)PyArray_DATA((PyArrayObject *)object);
 }
 
 static const char *redist_replay_error(void)

@@ -5,6 +5,7 @@ what it cannot run (the replays themselves: tests/mpi/test_compiled.py)."""
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 
@@ -118,3 +119,55 @@ def test_out_record_of_a_subclass():
     assert replays.run_out(0x1000, out) == replays.CHANGED
     del out
     assert replays.recorded() == 0
+
+
+def test_out_record_owns_its_dtype_and_type():
+    # the record compares the dtype and type objects by address: it holds them, so that a dtype or type
+    # made after the array's was freed cannot take that address and pass for it (counts are taken
+    # outside the asserts: pytest's rewriting holds what an assert evaluates)
+    class Tagged(np.ndarray):
+        pass
+
+    def counts(*objects):
+        return tuple(sys.getrefcount(o) for o in objects)
+
+    replays = compiled.Replays(next(_serials), False, 1, 2)
+    out = np.zeros((3, 4), np.dtype([("a", "<f8")])).view(Tagged)  # a dtype object of its own
+    first = out.dtype
+    before = counts(first, Tagged)
+    replays.record_out(out, 7, [0x1000])
+    recorded = counts(first, Tagged)
+    assert recorded == (before[0] + 1, before[1] + 1)
+    replays.record_out(out, 7, [0x1000])  # recorded again: still one reference each
+    again = counts(first, Tagged)
+    assert again == recorded
+    out.dtype = np.dtype([("b", "<i8")])  # the array lets go of the first dtype; the record holds it
+    retyped = counts(first)
+    assert retyped == (before[0],)
+    changed = replays.run_out(0x1000, out)  # as it is now is not as recorded: the record goes with its references
+    after = counts(first, Tagged)
+    assert changed == replays.CHANGED
+    assert after == (before[0] - 1, before[1])
+    second = out.dtype
+    for release in ("forget", "drop"):  # forget(), and an array dropped, release them too
+        held = counts(second)
+        replays.record_out(out, 7, [0x1000])
+        recorded = counts(second)
+        if release == "forget":
+            replays.forget()
+        else:
+            del out
+        released = counts(second)
+        assert recorded == (held[0] + 1,)
+        assert released == (held[0] - (release == "drop"),), release
+        assert replays.recorded() == 0
+
+
+def test_data_pointer():
+    base = np.zeros((5, 6))
+    for view in (base, base[::-1], base[1:, ::-2], base.T, base[2:3, 4:5], np.zeros(0)):
+        assert compiled.data_pointer(view) == view.__array_interface__["data"][0]
+    moved = np.zeros(5)[:4]  # a view: __setstate__ cannot reuse its buffer
+    old = compiled.data_pointer(moved)
+    moved.__setstate__(np.ones(4).__reduce__()[2])  # numpy moves an array's data in place
+    assert compiled.data_pointer(moved) == moved.__array_interface__["data"][0] != old

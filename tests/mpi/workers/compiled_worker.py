@@ -14,7 +14,8 @@ others replay, hand the call back, and every rank gets its data), a read-only ou
 place on one rank (checked again in Python), a released operand on one rank, more out= arrays in
 turn than a handle keeps replays of, a DEBUG logger (calls go through Python and log; DEBUG during
 an object's first calls does not keep it from replaying later), an out= changed in place on one
-rank after its binding replays (read-only, a dtype view, its buffer moved by __setstate__), several fields, free(), an object
+rank after its binding replays (read-only, a dtype view, its buffer moved by __setstate__, also before its
+first replay; retyped to a dtype object at its old dtype's freed address), several fields, free(), an object
 dropped without free() and finalize(): no replay is left behind. ``--disabled`` (REDIST_COMPILED_REPLAY=0): every call runs
 in Python and no replay is made.
 """
@@ -216,7 +217,7 @@ def changed_in_place(report: Report, world, disabled: bool) -> None:
     """An out= whose binding replays, changed in place on the last rank only (the C record of the
     array is checked, not only Python's): made read-only (every rank raises, no byte changes),
     viewed as another dtype (every rank raises), its buffer moved by ``__setstate__`` (the data
-    lands in the new buffer; without the compiled replays the old one is written, as README says).
+    lands in the new buffer, the old one is not written), also between its first and second call.
     That a record goes with its array: tests/unit/test_compiled.py."""
     rank, P = world.Get_rank(), world.Get_size()
     last = rank == P - 1
@@ -254,18 +255,68 @@ def changed_in_place(report: Report, world, disabled: bool) -> None:
         report.expect_error(lambda: r.execute(out=out), errors.InvalidValueError, "dtype", f"{label}: dtype view")
         out.dtype = np.float64
         replayed()
-        if not disabled:
-            old = out[...]
-            if last:  # a new buffer of the same bytes (flat keeps the old one)
-                out.__setstate__(out.__reduce__()[2])
-            report.check(not last or out.ctypes.data != old.ctypes.data, f"{label}: __setstate__ did not move")
-            out[...] = -1
-            old[...] = -1
+        moved(report, r, out, want, last, f"{label}: after its replays")
+        replayed()
+        r.free()
+        # moved before any record of it (between its first and second call): the Python shortcuts too
+        r = make(a, ib, ob, method)
+        out = np.empty(want.size + 1, want.dtype)[:want.size].reshape(want.shape)
+        r.execute(out=out)
+        moved(report, r, out, want, last, f"{label}: after its first call")
+        replayed()
+        r.free()
+
+
+def moved(report: Report, r, out, want, last: bool, label: str) -> None:
+    """``out`` moved to a new buffer by ``__setstate__`` on the last rank: the next calls write the new
+    buffer (the API reads the data pointer again), never the old one."""
+    old = out[...]
+    if last:  # a new buffer of the same bytes (the view's base keeps the old one)
+        out.__setstate__(out.__reduce__()[2])
+    report.check(not last or out.ctypes.data != old.ctypes.data, f"{label}: __setstate__ did not move")
+    for _ in range(3):
+        out[...] = -1
+        old[...] = -1
+        r.execute(out=out)
+        report.check(np.array_equal(out, want), f"{label}: an out= moved by __setstate__ was not written")
+        report.check(not last or np.all(old == -1), f"{label}: the buffer __setstate__ replaced was written")
+
+
+def retyped_elsewhere(report: Report, world, disabled: bool) -> None:
+    """An out= whose binding replays, retyped in place on the last rank to a dtype object made after its
+    own was freed (numpy's allocator puts it at the freed one's address) once Python's caches of it
+    have gone (8 other out= arrays since): refused on every rank (the C record holds the dtype it
+    compares by address), no byte of it written; the other ranks, which replay, hand their call back."""
+    rank, P = world.Get_rank(), world.Get_size()
+    last = rank == P - 1
+    g, ib, ob, a = problem((13, 10, 6), np.float64, rank, P)
+    want = g[sl(ob)]
+    for method in ("auto", "push", "hybrid"):
+        label = f"{method} out= retyped to a dtype made after its own was freed, on rank {P - 1}"
+        r = make(a, ib, ob, method)
+        if r is None:
+            continue
+        own = np.dtype("f8").newbyteorder("<")  # float64, a dtype object of its own (not numpy's)
+        out = np.empty(want.shape, own)
+        for _ in range(3):
             r.execute(out=out)
-            report.check(np.array_equal(out, want), f"{label}: an out= moved by __setstate__ was not written")
-            report.check(not last or np.all(old == -1), f"{label}: the buffer __setstate__ replaced was written")
-            del old
-            replayed()
+        others = [np.empty(want.shape) for _ in range(8)]
+        for other in others:  # calls in Python (not replayed): the API's caches forget out and its dtype
+            r.execute(out=other, release_workspace=True)
+        freed = id(own)
+        del own
+        if last:
+            out.dtype = np.float64  # the array lets go of its dtype
+            out.dtype = np.dtype("i8").newbyteorder("<")
+        reused = world.allreduce(int(last and id(out.dtype) == freed))
+        out[...] = -1
+        report.expect_error(lambda: r.execute(out=out), errors.InvalidValueError, "dtype",
+                            f"{label} (at the freed address: {bool(reused)})")
+        report.check(np.all(out == -1), f"{label}: a refused call wrote the out=")
+        if last:
+            out.dtype = np.float64
+        r.execute(out=out)
+        report.check(np.array_equal(out, want), f"{label}: wrong data after")
         r.free()
 
 
@@ -352,7 +403,7 @@ def main() -> int:
     world = MPI.COMM_WORLD
     report = Report(world)
     report.check(compiled.available() != disabled, f"compiled replays: {compiled.unavailable_reason()}")
-    for part in (loops, changed_in_place, fields, debug_first, lifetimes):
+    for part in (loops, changed_in_place, retyped_elsewhere, fields, debug_first, lifetimes):
         try:
             part(report, world, disabled)
         except Exception:  # noqa: BLE001
