@@ -7,7 +7,7 @@
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
 # ranks on one GPU, REDIST_SHARED_GPU=1). "host" uses the machine's CPU cores only (P = 2 and 4 without
 # oversubscription; HOST_SIZES, HOST_METHODS, HOST_BETWEEN for bench_out; "out-ab": bench_out for this tree
-# and .old alternating, OUT_ROUNDS rounds, OUT_ARGS more bench_out.py arguments; HOST_PROBE=1 adds
+# and .old alternating, OUT_ROUNDS rounds at OUT_RANKS (2 4), OUT_ARGS more bench_out.py arguments; HOST_PROBE=1 adds
 # probe_hot_destination.py and probe_cold_call.py); for its 2DECOMP&FFT part (D2D_GRIDS=none skips it; D2D_BETWEEN: what the drivers
 # do before each timed call, default poison) carry scratch/2decomp-src (a 2DECOMP&FFT source tree).
 set -o pipefail
@@ -124,7 +124,7 @@ for s in "$@"; do
     case " ${OUT_TAGS:-new old} " in *" old "*) install_old ;; esac
     python3 -c "from redist.engine.host import compiled; raise SystemExit(compiled.unavailable_reason())" \
       || { echo "out-ab: this tree's compiled replays are not built: no A/B" | tee -a "$OUT/steps.txt"; continue; }
-    for r in $(seq ${OUT_ROUNDS:-2}); do for tag in ${OUT_TAGS:-new old}; do for p in 2 4; do
+    for r in $(seq ${OUT_ROUNDS:-2}); do for tag in ${OUT_TAGS:-new old}; do for p in ${OUT_RANKS:-2 4}; do
       site=/tmp/site; [ $tag = old ] && site=/tmp/site_old:/tmp/site
       compiled=1; [ $tag = python ] && compiled=0
       # shellcheck disable=SC2086
@@ -155,3 +155,5 @@ for s in "$@"; do
   esac
 done
 step done
+# the device tool brings back 8 files: everything, in one archive (named to sort first)
+tar czf /tmp/all.tgz -C "$OUT" . && mv /tmp/all.tgz "$OUT/all.tgz"
