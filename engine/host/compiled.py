@@ -34,7 +34,8 @@ except ImportError as _e:  # built without a C compiler, or a checkout that was 
     _missing = f"the extension redist.engine.host._replay_ext is not built ({_e})"
 else:
     _missing = None
-_array_data = getattr(_replay_ext.lib, "redist_array_data", None) if _replay_ext is not None else None  # a stale build: None
+# None also from a stale build of the extension (made before it had this function)
+_array_data = getattr(_replay_ext.lib, "redist_array_data", None) if _replay_ext is not None else None
 
 
 def data_pointer(array: np.ndarray) -> int:
