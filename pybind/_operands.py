@@ -180,10 +180,11 @@ def wrap(obj) -> Operand:
 
 def layout_signature(obj) -> tuple:
     """What of ``obj`` can change in place without changing the object (numpy: shape, strides and
-    dtype are settable, ``__setstate__`` moves the data; torch: ``resize_``/``set_`` also move the data; RawArray: every field):
+    dtype are settable, so are a record dtype's names, ``__setstate__`` moves the data; torch:
+    ``resize_``/``set_`` also move the data; RawArray: every field):
     equal signatures of one object mean :func:`wrap` would describe it the same way."""
-    if isinstance(obj, np.ndarray):  # its data too: numpy's __setstate__ moves it in place
-        return data_pointer(obj), obj.shape, obj.strides, obj.dtype
+    if isinstance(obj, np.ndarray):  # its data too (__setstate__ moves it), and a record's names (settable)
+        return data_pointer(obj), obj.shape, obj.strides, obj.dtype, obj.dtype.names
     if isinstance(obj, RawArray):
         return obj.ptr, obj.shape, obj.strides, obj.itemsize, obj.memory, obj.device_id, obj.dtype, obj.readonly
     if package_of(obj) == "torch":

@@ -510,7 +510,7 @@ class Redistribute(Generic[ArrayT]):
             self._replays = None
             self._logger.warning("redist: the compiled replays refused this object's words (a build of another "
                                  "redist? reinstall it); its calls run in Python")
-        elif again is not None:
+        elif again is not None and out.dtype.names is None:  # C compares the dtype by address: not its names
             replays.record_out(out, key[0], again[2])
 
     def _bind_call(self, out) -> tuple[Any, collective.Problem | None]:
@@ -699,10 +699,12 @@ class Redistribute(Generic[ArrayT]):
 
     def _again_hit(self, out) -> tuple | None:
         """``out``'s record in ``_out_again`` where it may be taken again without its checks: the
-        same object, still writable, with the layout, data and against an operand it was checked with."""
+        same object, still writable, with the layout (a record dtype's names too), data and against an
+        operand it was checked with."""
         again = self._out_again.get(id(out))
         if (again is None or again[0]() is not out or not out.flags.writeable
-                or again[1] != (out.shape, out.strides, out.dtype) or self._operand_ptrs[0] not in again[2]
+                or again[1] != (out.shape, out.strides, out.dtype, out.dtype.names)
+                or self._operand_ptrs[0] not in again[2]
                 or data_pointer(out) != again[3].ptr):  # moved in place by __setstate__: checked again
             return None
         return again
@@ -712,7 +714,7 @@ class Redistribute(Generic[ArrayT]):
         take it again without the checks: its layout, the operands it was checked against (up to
         4: a loop alternating operands), its buffer and its key (the key of its compiled replays,
         the same while the object and its layout are)."""
-        layout = (out.shape, out.strides, out.dtype)
+        layout = (out.shape, out.strides, out.dtype, out.dtype.names)  # a record dtype's names are settable
         op = self._operand_ptrs[0]
         hit = self._out_again.get(id(out))
         if hit is not None and hit[0]() is out and hit[1] == layout and hit[3].ptr == buf.ptr:

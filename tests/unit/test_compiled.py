@@ -167,7 +167,9 @@ def test_data_pointer():
     base = np.zeros((5, 6))
     for view in (base, base[::-1], base[1:, ::-2], base.T, base[2:3, 4:5], np.zeros(0)):
         assert compiled.data_pointer(view) == view.__array_interface__["data"][0]
-    moved = np.zeros(5)[:4]  # a view: __setstate__ cannot reuse its buffer
+    base = np.zeros(5)
+    moved = base[:4]  # a view of base, which keeps the old buffer: the new one is elsewhere
     old = compiled.data_pointer(moved)
     moved.__setstate__(np.ones(4).__reduce__()[2])  # numpy moves an array's data in place
     assert compiled.data_pointer(moved) == moved.__array_interface__["data"][0] != old
+    assert compiled.data_pointer(base) == old

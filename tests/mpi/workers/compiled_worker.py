@@ -15,7 +15,8 @@ place on one rank (checked again in Python), a released operand on one rank, mor
 turn than a handle keeps replays of, a DEBUG logger (calls go through Python and log; DEBUG during
 an object's first calls does not keep it from replaying later), an out= changed in place on one
 rank after its binding replays (read-only, a dtype view, its buffer moved by __setstate__, also before its
-first replay; retyped to a dtype object at its old dtype's freed address), several fields, free(), an object
+first replay; retyped to a dtype object at its old dtype's freed address, a record dtype renamed), several
+fields, free(), an object
 dropped without free() and finalize(): no replay is left behind. ``--disabled`` (REDIST_COMPILED_REPLAY=0): every call runs
 in Python and no replay is made.
 """
@@ -283,41 +284,53 @@ def moved(report: Report, r, out, want, last: bool, label: str) -> None:
 
 
 def retyped_elsewhere(report: Report, world, disabled: bool) -> None:
-    """An out= whose binding replays, retyped in place on the last rank to a dtype object made after its
-    own was freed (numpy's allocator puts it at the freed one's address) once Python's caches of it
-    have gone (8 other out= arrays since): refused on every rank (the C record holds the dtype it
-    compares by address), no byte of it written; the other ranks, which replay, hand their call back."""
+    """An out= whose binding replays, changed on the last rank once the API's caches of it have gone
+    (8 other out= arrays since) while its C record stays: retyped in place to a dtype object made after
+    its own was freed (numpy's allocator puts it at the freed one's address), or a record dtype's
+    field renamed in place (the same dtype object). Refused on every rank (the C record holds the dtype
+    it compares by address; a record dtype is not matched in C), no byte of it written; the other ranks,
+    which replay, hand their call back."""
     rank, P = world.Get_rank(), world.Get_size()
     last = rank == P - 1
     g, ib, ob, a = problem((13, 10, 6), np.float64, rank, P)
     want = g[sl(ob)]
-    for method in ("auto", "push", "hybrid"):
-        label = f"{method} out= retyped to a dtype made after its own was freed, on rank {P - 1}"
-        r = make(a, ib, ob, method)
-        if r is None:
-            continue
-        own = np.dtype("f8").newbyteorder("<")  # float64, a dtype object of its own (not numpy's)
-        out = np.empty(want.shape, own)
-        for _ in range(3):
+    record = np.dtype([("a", "<f8")])
+    for change in ("retyped", "renamed"):
+        for method in ("auto", "push"):  # (the message methods' uncached calls drop every replay and record)
+            label = f"{method} out= {change} in place on rank {P - 1} after its caches went"
+            own = np.dtype("f8").newbyteorder("<") if change == "retyped" else np.dtype([("a", "<f8")])
+            operand = a if change == "retyped" else a.view(record)
+            r = make(operand, ib, ob, method)
+            if r is None:
+                continue
+            out = np.empty(want.shape, own)  # a dtype object of its own (numpy's float64 is never freed)
+            for _ in range(3):
+                r.execute(out=out)
+            others = [np.empty(want.shape, operand.dtype) for _ in range(8)]
+            for other in others:  # calls in Python (not replayed): the API's caches forget out and its dtype
+                r.execute(out=other, release_workspace=True)
+            recorded = 0 if r._replays is None else r._replays.recorded()
+            kept = not disabled and change == "retyped" and r._exe.method == "push"  # (auto: push where P > 1)
+            report.check(recorded == int(kept), f"{label}: {recorded} records")
+            freed = id(own)
+            del own
+            if last and change == "retyped":
+                out.dtype = np.float64  # the array lets go of its dtype
+                out.dtype = np.dtype("i8").newbyteorder("<")
+            elif last:
+                out.dtype.names = ("b",)
+            reused = world.allreduce(int(last and change == "retyped" and id(out.dtype) == freed))
+            out.view(np.uint8)[...] = 255
+            report.expect_error(lambda: r.execute(out=out), errors.InvalidValueError, "dtype",
+                                f"{label} (at the freed address: {bool(reused)})")
+            report.check(np.all(out.view(np.uint8) == 255), f"{label}: a refused call wrote the out=")
+            if last and change == "retyped":
+                out.dtype = np.float64
+            elif last:
+                out.dtype.names = ("a",)
             r.execute(out=out)
-        others = [np.empty(want.shape) for _ in range(8)]
-        for other in others:  # calls in Python (not replayed): the API's caches forget out and its dtype
-            r.execute(out=other, release_workspace=True)
-        freed = id(own)
-        del own
-        if last:
-            out.dtype = np.float64  # the array lets go of its dtype
-            out.dtype = np.dtype("i8").newbyteorder("<")
-        reused = world.allreduce(int(last and id(out.dtype) == freed))
-        out[...] = -1
-        report.expect_error(lambda: r.execute(out=out), errors.InvalidValueError, "dtype",
-                            f"{label} (at the freed address: {bool(reused)})")
-        report.check(np.all(out == -1), f"{label}: a refused call wrote the out=")
-        if last:
-            out.dtype = np.float64
-        r.execute(out=out)
-        report.check(np.array_equal(out, want), f"{label}: wrong data after")
-        r.free()
+            report.check(np.array_equal(out.view(np.float64), want), f"{label}: wrong data after")
+            r.free()
 
 
 def fields(report: Report, world, disabled: bool) -> None:
