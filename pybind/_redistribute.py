@@ -18,12 +18,12 @@ from . import _runtime
 from ._distributions import Box, Distribution
 from ._resolve import resolve_boxes
 from ._operands import Operand, as_array, layout_signature, wrap
-from .engine.host.compiled import data_pointer
 from ._options import RedistributeOptions, ranked_logger
 from ._streams import current_stream, graph_handles, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
 from .engine.geometry import axis_order, normal_order
+from .engine.host.compiled import data_pointer
 from .engine.errors import CommunicationError, InternalError, InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .engine.plan import fuse, make_plan
 from .engine.validate import RankSpec, check_boxes, check_fields, check_operands, consensus_order, raise_first
@@ -211,7 +211,7 @@ class Redistribute(Generic[ArrayT]):
         self._outs_bound = False  # some field has an out= bound (several fields)
         # (id, field) -> (weak reference, layout signature, Buffer, lo, hi) of out= objects checked before
         self._out_checked: dict = {}
-        # one field, numpy: id -> (weak reference, shape/strides/dtype, operand addresses, Buffer, key) of
+        # one field, numpy: id -> (weak reference, shape/strides/dtype/names, operand addresses, Buffer, key) of
         # out= objects a call accepted (a time loop's few arrays: taken again without the checks; _again).
         # numpy refuses to resize an array that has weak references, but __setstate__ moves its data: compared.
         self._out_again: dict = {}
