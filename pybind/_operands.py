@@ -21,9 +21,8 @@ import numpy.typing as npt
 from .engine import geometry as geo
 from .engine.buffer import Buffer
 from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
-from .engine.host.compiled import data_pointer
 
-__all__ = ["RawArray", "Operand", "as_array", "layout_signature", "pointer_of", "package_of", "wrap"]
+__all__ = ["RawArray", "Operand", "as_array", "data_pointer", "layout_signature", "pointer_of", "package_of", "wrap"]
 
 
 class RawArray:
@@ -176,6 +175,21 @@ def wrap(obj) -> Operand:
         op.buffer = Buffer(b.ptr, b.shape, geo.dense_strides(b.shape, "C"), b.itemsize, b.memory, b.device_id,
                            b.readonly, b.owner)
     return op
+
+
+_data_reader = None  # the engine's reader (engine/host/compiled.py), imported at the first use
+
+
+def data_pointer(array: np.ndarray) -> int:
+    """The address of element 0 of the numpy ``array``, read anew (numpy's ``__setstate__`` moves an
+    array's data in place): one C call where the compiled replays are built. Their module is imported
+    at the first call, so that ``import redist`` imports no backend."""
+    global _data_reader
+    if _data_reader is None:
+        from .engine.host.compiled import data_pointer as reader
+
+        _data_reader = reader
+    return _data_reader(array)
 
 
 def layout_signature(obj) -> tuple:

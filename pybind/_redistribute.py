@@ -17,13 +17,12 @@ import numpy as np
 from . import _runtime
 from ._distributions import Box, Distribution
 from ._resolve import resolve_boxes
-from ._operands import Operand, as_array, layout_signature, wrap
+from ._operands import Operand, as_array, data_pointer, layout_signature, wrap
 from ._options import RedistributeOptions, ranked_logger
 from ._streams import current_stream, graph_handles, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
 from .engine.geometry import axis_order, normal_order
-from .engine.host.compiled import data_pointer
 from .engine.errors import CommunicationError, InternalError, InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .engine.plan import fuse, make_plan
 from .engine.validate import RankSpec, check_boxes, check_fields, check_operands, consensus_order, raise_first
