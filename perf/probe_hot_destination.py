@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Who should copy into an ``out=`` that its owner has just written (hot in the owner's cache)?
 
-    mpiexec -n 2 python perf/probe_hot_destination.py [KIB ...]
+    mpiexec -n 2 python perf/probe_hot_destination.py [--loop] [KIB ...]
 
 Each of 2 ranks sends KIB KiB (contiguous on both sides) to the other, as in a time step: right
 before every exchange each rank writes its operand (the user's compute) and its destination (the
@@ -19,6 +19,13 @@ Per route two columns: ``bare``, and ``+use``, which adds the owner's first pass
 destination after the exchange (a sum: what the next step of the user's loop does first). The
 destination of ``owned`` is the rank's shared result, written (poisoned) by its owner like the
 others. Medians of 40 after 5, the slowest rank, microseconds.
+
+``--loop``: nothing is written between the exchanges, and ``bare`` times 45 exchanges with no use
+between them (a tight loop of exchanges, as ``perf/bench_out.py`` times them by default), ``+use``
+45 more, each followed by its use: ``owned``'s stores then find the peer's result lines
+still in the sender's own cache, where the previous exchange left them, and no line crosses cores;
+every route into private memory must bring its lines over. This gives the floor of the ratio
+``out=`` / engine-owned result in such a loop, before any library cost.
 """
 
 from __future__ import annotations
@@ -40,8 +47,11 @@ def main() -> None:
         raise SystemExit("run it on 2 ranks")
     writev, readv = cross_memory_calls()
     peer = 1 - comm.rank
-    sizes = [int(a) for a in sys.argv[1:]] or [64, 256, 512, 1024, 2048, 8192]
+    loop = "--loop" in sys.argv[1:]
+    sizes = [int(a) for a in sys.argv[1:] if a != "--loop"] or [64, 256, 512, 1024, 2048, 8192]
     if comm.rank == 0:
+        print("a tight loop: nothing written between exchanges" if loop else
+              "the owner writes its operand and destination before each exchange", flush=True)
         print("KiB  " + "  ".join(f"{m:>14}" for m in ("writev", "readv", "landing", "owned")), flush=True)
         print("     " + "  ".join(f"{'bare':>6} {'+use':>7}" for _ in range(4)), flush=True)
     for kib in sizes:
@@ -90,18 +100,23 @@ def main() -> None:
         for fn in (do_writev, do_readv, do_landing, do_owned):
             into = my_result if fn is do_owned else dst  # where this rank's data arrives
             bare, used = [], []
-            for rep in range(45):
-                src[:] = rep  # the user's compute writes its operand
-                into[:] = -1.0  # and its destination
+            for rep in range(90 if loop else 45):
+                use = not loop or rep >= 45  # a tight loop: 45 exchanges alone, then 45 each with its use
+                if not loop or rep in (0, 45):
+                    src[:] = rep  # the user's compute writes its operand
+                    into[:] = -1.0  # and its destination
                 comm.Barrier()
                 t0 = time.perf_counter()
                 fn()
                 comm.Barrier()
                 t1 = time.perf_counter()
-                into.sum()
+                if use:
+                    into.sum()
                 t2 = time.perf_counter()
-                bare.append(t1 - t0)
-                used.append(t2 - t0)
+                if not loop or not use:
+                    bare.append(t1 - t0)
+                if use:
+                    used.append(t2 - t0)
             row.append(tuple(comm.allreduce(float(np.median(x[5:])) * 1e6, op=MPI.MAX) for x in (bare, used)))
         if comm.rank == 0:
             print(f"{kib:<5}" + "  ".join(f"{b:6.0f} {u:7.0f}" for b, u in row), flush=True)
