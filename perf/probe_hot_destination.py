@@ -50,8 +50,12 @@ def main() -> None:
     loop = "--loop" in sys.argv[1:]
     sizes = [int(a) for a in sys.argv[1:] if a != "--loop"] or [64, 256, 512, 1024, 2048, 8192]
     if comm.rank == 0:
-        print("a tight loop: nothing written between exchanges" if loop else
-              "the owner writes its operand and destination before each exchange", flush=True)
+        print(
+            "a tight loop: nothing written between exchanges"
+            if loop
+            else "the owner writes its operand and destination before each exchange",
+            flush=True,
+        )
         print("KiB  " + "  ".join(f"{m:>14}" for m in ("writev", "readv", "landing", "owned")), flush=True)
         print("     " + "  ".join(f"{'bare':>6} {'+use':>7}" for _ in range(4)), flush=True)
     for kib in sizes:
