@@ -23,8 +23,13 @@
  *      wants its data: the out= in host symmetric memory it published), each compared with the
  *      value the replay was made for; one that differs also hands the call back to Python;
  *   2. start the arrival receives, run the copies into the peers' memory or the packs (each pack's
- *      messages start right after it), start the other arrival sends, run the local copies, wait
- *      for every request of the call, run the copies out of the landing area or the unpacks.
+ *      messages start right after it), the cross-memory copies (process_vm_writev into the peers'
+ *      out=, process_vm_readv from their operands into this rank's), start the other arrival sends,
+ *      run the local copies, wait for every request of the call, run the copies out of the landing
+ *      area or the unpacks;
+ *   3. where the call copies across memories: one Allreduce, which tells every rank whether the
+ *      kernel refused a copy anywhere (then every rank fails the call with the same message) and
+ *      keeps a sender from returning (and changing its operand) before its readers are done.
  *
  * redist_reset_operand(s)_unchecked to operands one of the handle's replays was made for only
  * records them here (where no peer reads the operands' addresses, which the words say); Python
@@ -46,7 +51,7 @@
  * executes what MPI asks of collectives, one thread at a time).
  */
 
-#define REDIST_REPLAY_VERSION 3
+#define REDIST_REPLAY_VERSION 4
 #define REDIST_REPLAY_MAXDIM 32
 #define REDIST_REPLAY_BUCKETS 64
 #define REDIST_REPLAY_RESUME (-1) /* redist_replay_run: a peer said something else (heard[] holds it) */
@@ -54,6 +59,30 @@
 typedef int (*redist_mpi_startall_t)(int, void *);
 typedef int (*redist_mpi_waitall_t)(int, void *, void *);
 typedef int (*redist_mpi_error_string_t)(int, char *, int *);
+/* MPI_Allreduce with the handles as words (an int handle's value or a pointer: both go in an integer
+   register on the ABIs libredist is built for, where the callee reads what its type takes) */
+typedef int (*redist_mpi_allreduce_t)(const void *, void *, int, intptr_t, intptr_t, intptr_t);
+
+#ifdef __linux__
+#include <errno.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+/* glibc declares them with _GNU_SOURCE only (libredist's sources do not define it) */
+extern ssize_t process_vm_readv(pid_t, const struct iovec *, unsigned long, const struct iovec *, unsigned long,
+                                unsigned long);
+extern ssize_t process_vm_writev(pid_t, const struct iovec *, unsigned long, const struct iovec *, unsigned long,
+                                 unsigned long);
+#endif
+
+/* One cross-memory call: `nbytes` from this rank's `local` iovecs into the peer's `remote` ones
+   (process_vm_writev) or the other way (process_vm_readv, `read`); `into` is the rank written. */
+typedef struct {
+    int32_t read, into;
+    int32_t pid;
+    int64_t nbytes;
+    int32_t nlocal, nremote;
+    void *local, *remote; /* struct iovec arrays */
+} redist_cross_t;
 
 /* One strided copy: `ndim` outer dimensions (byte strides) of contiguous runs of `run` bytes; then
    `starts` of the arrival sends start (a pack's messages; phase 0 only). */
@@ -93,6 +122,10 @@ typedef struct redist_replay {
     uint64_t *check_value;              /* ... and what they held when the replay was made */
     int32_t ncopies[REDIST_COPY_PHASES];
     redist_copy_t *copies[REDIST_COPY_PHASES];
+    int32_t ncross;
+    redist_cross_t *cross;             /* [ncross] */
+    redist_mpi_allreduce_t allreduce; /* NULL: no closing Allreduce */
+    intptr_t comm, int_type, max_op;
 } redist_replay_t;
 
 /*
@@ -141,6 +174,11 @@ static void redist_replay_delete(redist_replay_t *rp)
     free(rp->check_value);
     for (k = 0; k < REDIST_COPY_PHASES; k++)
         free(rp->copies[k]);
+    for (k = 0; rp->cross != NULL && k < rp->ncross; k++) {
+        free(rp->cross[k].local);
+        free(rp->cross[k].remote);
+    }
+    free(rp->cross);
     free(rp);
 }
 
@@ -423,7 +461,10 @@ static int redist_replay_add(intptr_t handle, int32_t fields, int32_t lazy, redi
  *   [nfields]; then that many request handles of first, arrival_recvs, arrival_sends, finish; nsets
  *   and then nchecks pairs (address, value); then per copy phase: its count, then per copy dst, src,
  *   run, ndim, shape[ndim], dst_strides[ndim], src_strides[ndim], starts (how many of the arrival
- *   sends start after it, in order: phase 0 only; the rest start after phase 0).
+ *   sends start after it, in order: phase 0 only; the rest start after phase 0); then the count of
+ *   cross-memory calls and per call read, into, pid, bytes, nlocal, nremote, nlocal and then nremote
+ *   pairs (address, length); then MPI_Allreduce's address (0: none), the communicator, MPI_INT and
+ *   MPI_MAX (handles as words).
  * Returns 0, or -1 (malformed words, no memory: nothing added; such calls go through Python).
  */
 #define REDIST_REPLAY_HEADER 17
@@ -546,6 +587,67 @@ static int _redist_set_replay(intptr_t handle, int32_t fields, int32_t nfields, 
             c->starts = (int32_t)v;
         }
     }
+    {
+        int64_t n, v;
+        REDIST_WORD(n);
+        if (n < 0 || n > nwords)
+            goto bad;
+        rp->ncross = (int32_t)n;
+        rp->cross = calloc((size_t)(n > 0 ? n : 1), sizeof(redist_cross_t));
+        if (rp->cross == NULL)
+            goto bad;
+        for (i = 0; i < rp->ncross; i++) {
+            redist_cross_t *c = &rp->cross[i];
+            int64_t nl, nr, sum = 0;
+            REDIST_WORD(v);
+            c->read = v != 0;
+            REDIST_WORD(v);
+            c->into = (int32_t)v;
+            REDIST_WORD(v);
+            c->pid = (int32_t)v;
+            REDIST_WORD(c->nbytes);
+            REDIST_WORD(nl);
+            REDIST_WORD(nr);
+            if (c->pid <= 0 || c->nbytes < 0 || nl < 1 || nr < 1 || nl > 1024 || nr > 1024 ||
+                nwords - at < 2 * (nl + nr))
+                goto bad;
+            c->nlocal = (int32_t)nl;
+            c->nremote = (int32_t)nr;
+#ifdef __linux__
+            {
+                struct iovec *lv = calloc((size_t)nl, sizeof *lv), *rv = calloc((size_t)nr, sizeof *rv);
+                c->local = lv;
+                c->remote = rv;
+                if (lv == NULL || rv == NULL)
+                    goto bad;
+                for (d = 0; d < nl; d++) {
+                    lv[d].iov_base = (void *)(uintptr_t)words[at++];
+                    lv[d].iov_len = (size_t)words[at++];
+                    sum += (int64_t)lv[d].iov_len;
+                }
+                for (d = 0; d < nr; d++) {
+                    rv[d].iov_base = (void *)(uintptr_t)words[at++];
+                    rv[d].iov_len = (size_t)words[at++];
+                    sum -= (int64_t)rv[d].iov_len;
+                }
+                if (sum != 0)
+                    goto bad;
+            }
+#else
+            goto bad; /* no cross-memory attach here: the engine never makes such words */
+#endif
+        }
+        REDIST_WORD(v);
+        rp->allreduce = (redist_mpi_allreduce_t)(uintptr_t)v;
+        REDIST_WORD(v);
+        rp->comm = (intptr_t)v;
+        REDIST_WORD(v);
+        rp->int_type = (intptr_t)v;
+        REDIST_WORD(v);
+        rp->max_op = (intptr_t)v;
+        if (rp->ncross > 0 && rp->allreduce == NULL)
+            goto bad;
+    }
     if (at != nwords)
         goto bad;
 #undef REDIST_WORD
@@ -603,9 +705,35 @@ static void redist_copies(const redist_replay_t *rp, int phase)
         redist_copy(&rp->copies[phase][i]);
 }
 
+/* The cross-memory calls: into *refused the rank whose memory the first refused one was to write,
+   plus one, and its errno (zeros where the kernel took every call). */
+static void redist_cross_copies(const redist_replay_t *rp, int32_t *refused)
+{
+#ifdef __linux__
+    int32_t i;
+    for (i = 0; i < rp->ncross; i++) {
+        const redist_cross_t *c = &rp->cross[i];
+        ssize_t got;
+        errno = 0;
+        got = c->read ? process_vm_readv(c->pid, c->local, (unsigned long)c->nlocal, c->remote,
+                                         (unsigned long)c->nremote, 0)
+                      : process_vm_writev(c->pid, c->local, (unsigned long)c->nlocal, c->remote,
+                                          (unsigned long)c->nremote, 0);
+        if (got != (ssize_t)c->nbytes && refused[0] == 0) { /* every other destination still gets its data */
+            refused[0] = c->into + 1;
+            refused[1] = got < 0 ? errno : 0;
+        }
+    }
+#else
+    (void)rp;
+    (void)refused;
+#endif
+}
+
 /* Phase 0's copies, each followed by the arrival sends it made (a pack's messages go while the next
-   pack is made), then the arrival sends no copy started. 0 or an MPI error code. */
-static int redist_copies_and_sends(const redist_replay_t *rp)
+   pack is made), the cross-memory calls, then the arrival sends no copy started. 0 or an MPI error
+   code. */
+static int redist_copies_and_sends(const redist_replay_t *rp, int32_t *refused)
 {
     int32_t i, started = 0;
     int rc;
@@ -619,6 +747,7 @@ static int redist_copies_and_sends(const redist_replay_t *rp)
             started += c->starts;
         }
     }
+    redist_cross_copies(rp, refused);
     if (rp->narrival_sends > started)
         return rp->startall(rp->narrival_sends - started, sends + (size_t)rp->width * (size_t)started);
     return 0;
@@ -639,11 +768,12 @@ static redist_status_t redist_replay_mpi_failed(const redist_replay_t *rp, const
 }
 
 /* Run the replay: REDIST_SUCCESS, REDIST_REPLAY_RESUME (not a status: heard[] says what the peers
-   said; nothing was written), or REDIST_ERROR_COMMUNICATION. */
+   said; nothing was written), or REDIST_ERROR_COMMUNICATION (an MPI call failed, or the kernel
+   refused a cross-memory copy on some rank: the same message on every rank). */
 static int redist_replay_run(redist_replay_t *rp)
 {
     int rc, same = 1;
-    int32_t i;
+    int32_t i, refused[2] = {0, 0}, anywhere[2] = {0, 0};
     for (i = 0; i < rp->nsets; i++) /* read by the peers after my status (MPI orders it); a word that */
         if (*rp->set_at[i] != rp->set_value[i]) /* holds its value already is not written: the peers' */
             *rp->set_at[i] = rp->set_value[i];  /* copies of its cache line stay valid */
@@ -663,11 +793,23 @@ static int redist_replay_run(redist_replay_t *rp)
         return REDIST_REPLAY_RESUME;
     if (rp->narrival_recvs && (rc = rp->startall(rp->narrival_recvs, rp->arrival_recvs)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
-    if ((rc = redist_copies_and_sends(rp)) != 0)
+    if ((rc = redist_copies_and_sends(rp, refused)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Startall", rc);
     redist_copies(rp, REDIST_COPY_LOCAL);
     if ((rc = rp->waitall(rp->nfinish, rp->finish, rp->statuses)) != 0)
         return redist_replay_mpi_failed(rp, "MPI_Waitall", rc);
     redist_copies(rp, REDIST_COPY_AFTER);
+    if (rp->allreduce != NULL) {
+        if ((rc = rp->allreduce(refused, anywhere, 2, rp->int_type, rp->max_op, rp->comm)) != 0)
+            return redist_replay_mpi_failed(rp, "MPI_Allreduce", rc);
+        if (anywhere[0] != 0) {
+            /* engine/host/push.py's refused_message: the same text whichever path a rank took */
+            snprintf(redist_last_error, sizeof redist_last_error,
+                     "redist host backend (push): cross-memory copies into rank(s) %d failed (%s); their out= may "
+                     "be incomplete",
+                     anywhere[0] - 1, anywhere[1] > 0 ? strerror(anywhere[1]) : "a short copy");
+            return REDIST_ERROR_COMMUNICATION;
+        }
+    }
     return REDIST_SUCCESS;
 }

@@ -21,7 +21,9 @@ Slab.X -> Slab.Y of an N^3 array through the public API, per host method, side b
 ``--methods`` takes host methods, ``push-messages``: push with the data of out= calls sent as
 messages whatever the size (``LANDING_MAX`` -1 and ``DIRECT`` off while it is planned), and
 ``push-direct``: stored straight into ``out=`` by the peers whatever the size and MPI
-(``LANDING_MAX`` -1, ``DIRECT`` on; where the kernel allows it); any method with ``-symmetric``
+(``LANDING_MAX`` -1, ``DIRECT`` on; where the kernel allows it), ``push-landing``: below
+``LANDING_MAX`` every private ``out=`` lands (``DIRECT_SMALL`` off: the route before the small
+cross-memory copies); any method with ``-symmetric``
 appended (``push-symmetric``, ``hybrid-symmetric``): the two out= arrays are in host symmetric memory
 (``redist.allocate_symmetric_memory(shape, numpy)``), where push's peers store straight into them.
 ``--between`` says how each call starts: ``loop`` (the default: calls back to back, one timing
@@ -58,18 +60,22 @@ except ImportError:  # a checkout without it
 
 def plan_with(r, method: str) -> None:
     """``r.plan()``; "push-messages" / "push-direct": with push's landing of out= calls turned off,
-    and its direct stores off / on."""
+    and its direct stores off / on; "push-landing": with its small cross-memory copies off."""
     if push is None or not hasattr(push, "LANDING_MAX"):  # an older checkout: nothing to turn off
         r.plan()
         return
-    landing, direct = push.LANDING_MAX, getattr(push, "DIRECT", None)
+    landing, direct, small = push.LANDING_MAX, getattr(push, "DIRECT", None), getattr(push, "DIRECT_SMALL", None)
     if method in ("push-messages", "push-direct"):
         push.LANDING_MAX = -1  # nothing lands, not even an exchange that receives nothing
         push.DIRECT = method == "push-direct"
+    if method == "push-landing":
+        push.DIRECT_SMALL = False
     try:
         r.plan()
     finally:
         push.LANDING_MAX, push.DIRECT = landing, direct
+        if small is not None:
+            push.DIRECT_SMALL = small
 
 
 def timed(fn, comm, calls: int, before=None) -> float:

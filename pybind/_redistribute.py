@@ -477,7 +477,9 @@ class Redistribute(Generic[ArrayT]):
             code, heard = replays.what_was_heard()
             self._resume(code, heard, out)
             return target
-        raise CommunicationError(f"redist host backend: MPI error in execute (compiled replay): {replays.error()}")
+        why = replays.error()  # the same on every rank where the kernel refused a cross-memory copy
+        raise CommunicationError(why if why.startswith("redist host backend") else
+                                 f"redist host backend: MPI error in execute (compiled replay): {why}")
 
     def _offer(self, replays, out) -> None:
         """After a call that ran in Python: the words of its replay for the next call of this

@@ -116,6 +116,7 @@ _CODES = _SHARED_STALE + 1  # with the arrival tag, 16 tags per object
 _WITH_OUT = (WELL + _OUT, WELL + _OUT + _STALE)  # the codes of a rank with an out= that peers cannot store into
 _DIRECTS = (_DIRECT, _DIRECT_STALE, _SHARED, _SHARED_STALE)  # the peers store straight into my out=
 _SHAREDS = (_SHARED, _SHARED_STALE)
+_CROSS = (_DIRECT, _DIRECT_STALE)  # my out= is copied into across memories (cross-memory attach)
 _NO_OUT = (False, False, (), None)  # _classify_outs's verdict where no field binds an out=
 _STALES = (WELL + _STALE, WELL + _OUT + _STALE, _DIRECT_STALE, _SHARED_STALE)
 #: calls with an out= land in shared memory (two copies) when every rank receives at most this many
@@ -128,6 +129,11 @@ LANDING_MAX = 1 << 20
 #: into out= measured 1.2-1.3x slower than these stores at 256^3, and sends messages on other MPIs
 #: (MPICH's measured 1.0-1.2x faster); True wherever the kernel allows it; False never
 DIRECT: bool | None = None
+#: calls with an out= below LANDING_MAX copy straight into it with cross-memory attach (the receiver reads,
+#: or the sender stores, as for larger calls) instead of landing, where every pair of ranks can and the
+#: runs are long enough; on any MPI (no message carries data either way) unless DIRECT is False. Their
+#: data then moves once, as into a result: perf/RESULTS.md, "A private out= read by its receiver"
+DIRECT_SMALL = True
 DIRECT_MIN_RUN = 256
 #: who makes a direct copy, decided per pair when an object is planned: None (the default) by the
 #: stretch rule of _who_copies, True every receiver reads, False every sender stores
@@ -225,16 +231,19 @@ class PushExecutable:
         self._before: dict = {}  # send -> what _seen held before it (a double-buffered loop's other out=)
         self._shared_generation = self._heap.generation
         # direct copies (cross-memory attach) of calls with an out=: decided here, collectively
-        self._operand_words = None if self._landing else self._head.operands
+        self._operand_words = self._head.operands
         self._targets: list[int] = []  # direct calls: where my every field lands (its out=, or its result)
         self._writes: list[_DirectCopy | None] = []  # per send, when direct: None where the peer reads
         self._reads: list[_DirectCopy | None] = []  # per receive, when direct: None where the peer stores
         self._modes: dict = {}  # direct calls: (status code, which peers are direct) -> _DirectMode
         self._out_direct = False  # every bound out= can be copied into directly
-        self._stored = np.zeros(1, np.int32)  # direct calls: did a copy fail on any rank (Allreduce)
-        self._direct = (_direct_wanted(MPI) and not self._landing and 1 < P <= COMPLETE_MAX
-                        and _direct_setup(self))
-        if not (self._direct and None in self._writes):  # no peer reads my operand: rebinding publishes nothing
+        # direct calls, reduced by their Allreduce (MAX): the rank a refused copy was to write, plus one, and its errno
+        self._refused = np.zeros(2, np.intc)
+        # decided from data every rank has (the largest receive staging of any rank, the module's knobs)
+        crosses = (DIRECT_SMALL and DIRECT is not False and fused.max_recv_staging_bytes > 0 if self._landing
+                   else _direct_wanted(MPI))
+        self._direct = crosses and 1 < P <= COMPLETE_MAX and _direct_setup(self)
+        if not (self._direct and None in self._writes):  # no peer reads my operand: no call publishes it
             self._operand_words = None
 
     # -- binding ------------------------------------------------------------------------------
@@ -249,8 +258,6 @@ class PushExecutable:
         self._in_owners[field] = owner
         if ptr != self._in_ptrs[field] or not self._bound:
             self._in_ptrs[field] = ptr
-            if self._operand_words is not None:  # read by peers in a call (no call of mine is running)
-                self._operand_words[field] = ptr
             self._bound = True
             self._pairs = self._land_pairs = None
         if self._inner is not None:
@@ -479,6 +486,9 @@ class PushExecutable:
         if direct and (self._written is not self._published or self._replays):
             self._head.published[:] = self._published
             self._written = self._published
+        words = self._operand_words  # read by the peers that read my operand, after my status
+        if words is not None and self._bound and words.tolist() != self._in_ptrs:
+            words[:] = self._in_ptrs
         stale = self._inner is None  # a rank without its messages builds them after the round: agreed again
         if problem is None:
             problem = self._prepare()
@@ -499,10 +509,12 @@ class PushExecutable:
                 if not out:  # the time loop's call: every rank stores into results
                     self._store(code)
                 elif self._landing:  # every rank binds an out= (they all said what I said)
-                    if direct:  # every one in host symmetric memory (direct implies shared where landing)
-                        self._store_shared(code)
-                    else:
+                    if not direct:
                         self._land(code, True, None)
+                    elif self._out_shared:  # every one in host symmetric memory
+                        self._store_shared(code)
+                    else:  # every one copied into across memories
+                        self._store_direct(code, True, None)
                 elif direct:  # every rank's out= can be stored into
                     self._store_direct(code, True, None)
                 else:
@@ -539,8 +551,11 @@ class PushExecutable:
         messages = (out and code not in _DIRECTS) or any(c in _WITH_OUT for c in heard)  # an out= only they reach
         if not (messages or out or any(c in _DIRECTS for c in heard)):
             self._store(code)
-        elif self._landing:
-            self._land(code, out, heard)
+        elif self._landing:  # some rank's out= is copied into across memories: the others land or store
+            if code in _CROSS or any(c in _CROSS for c in heard):
+                self._store_direct(code, out, heard)
+            else:
+                self._land(code, out, heard)
         elif not messages:
             self._store_direct(code, out, heard)
         else:
@@ -559,13 +574,23 @@ class PushExecutable:
         :meth:`release_input`, when the inner messages are made: the codes change, and when host
         symmetric memory is freed). Local."""
         out, shared = self._has_out, self._has_out and self._out_shared
+        cross = out and self._out_direct and not shared
         if (self._freed or not self._bound or not self._complete or self._pairs is None
-                or out and (self._land_pairs is None or not shared and (not self._landing or self._out_direct))):
+                or out and (self._land_pairs is None or not shared and not cross and not self._landing)):
             return None
         stale = self._inner is None
-        code = (_SHARED_STALE if stale else _SHARED) if shared else WELL + out * _OUT + stale * _STALE
+        code = ((_SHARED_STALE if stale else _SHARED) if shared else (_DIRECT_STALE if stale else _DIRECT) if cross
+                else WELL + out * _OUT + stale * _STALE)
         checks: tuple = ()
         sets: tuple = ()
+        calls: list = []
+        mode = None
+        if cross:  # every peer says what I say: the copies of _store_direct, as its last call made them
+            made = self._cross_calls(code)
+            if made is None:
+                return None
+            mode, calls, checks = made
+            sets = tuple((self._head.address + 8 * j, int(value)) for j, value in enumerate(self._published))
         if shared:  # the peers' targets as the last call read them (it stored there): checked by the words
             seen = [self._seen.get(i) for i in range(len(self._send_codes))]
             if self._heap.generation != self._shared_generation or any(hit is None or hit[0][0] != tuple(self._in_ptrs) for hit in seen):
@@ -575,10 +600,18 @@ class PushExecutable:
                            for j, value in enumerate(np.frombuffer(published, np.uint64)))
             # and mine, published again by each replayed call (a replay of another binding may run between)
             sets = tuple((self._head.address + 8 * j, int(value)) for j, value in enumerate(self._published))
+        if self._operand_words is not None:  # read by my readers after my status: written by every call
+            sets += tuple((self._operand_words.ctypes.data + 8 * f, ptr) for f, ptr in enumerate(self._in_ptrs))
         key = (code, self._land_key() if out else tuple(self._in_ptrs), checks)  # the land key holds the operands
         hit = self._replays.get(key)
         if hit is None:
-            if shared:
+            st = self._status
+            if mode is not None:
+                hit = self._replays[key] = replay_words(
+                    self._MPI, st.first[code], len(st.recvs), st.base, code, mode.first, mode.arrivals,
+                    mode.waits, ((), self._land_pairs[0], ()), self._in_ptrs, True, checks, sets, cross=calls,
+                    reduce=self.comm)
+            elif shared:
                 peers = [pair for _, pairs in seen for pair in pairs]  # type: ignore[union-attr]
                 local, after = self._land_pairs[0], ()
                 self._heap.watch(self)
@@ -586,17 +619,47 @@ class PushExecutable:
                 (local, after), peers = self._land_pairs, self._pairs[4]
             else:
                 local, peers, after = self._pairs[0], self._pairs[1], ()
-            st = self._status
-            # no peer reads this rank's operand addresses: the C side may rebind them without Python
-            hit = self._replays[key] = replay_words(self._MPI, st.first[code], len(st.recvs), st.base, code,
-                                                    self._arrival_recvs, self._arrival_sends, self._finish[code],
-                                                    (peers, local, after), self._in_ptrs, self._operand_words is None,
-                                                    checks, sets)
+            if not cross:
+                # the operand addresses that peers read are published by each replay (sets): the C side may
+                # rebind them without Python
+                hit = self._replays[key] = replay_words(self._MPI, st.first[code], len(st.recvs), st.base, code,
+                                                        self._arrival_recvs, self._arrival_sends, self._finish[code],
+                                                        (peers, local, after), self._in_ptrs, True, checks, sets)
             while len(self._replays) > CACHE_SIZE:
                 self._replays.popitem(last=False)
         self._replays.move_to_end(key)
         self._forget = forget
         return hit
+
+    def _mode(self, code: int, out: bool, heard: list[int] | None) -> _DirectMode:
+        """The :class:`_DirectMode` of a direct call where this rank said ``code`` and its peers ``heard``
+        (None: what it said), cached per code where every peer said it, else per kind of each peer."""
+        codes = [code] * len(self._send_codes) if heard is None else [heard[k] for k in self._send_codes]
+        # a destination in host symmetric memory gets plain stores (its header, written before its status, says
+        # where); below LANDING_MAX one with a private out= that cannot be copied into gets its landing
+        key = (code, tuple(c in _SHAREDS for c in codes), tuple(c in _DIRECTS for c in codes),
+               tuple(self._landing and c in _WITH_OUT for c in codes))
+        mode = self._modes.get(key)
+        if mode is None:
+            mode = self._modes[key] = _DirectMode(self, code, out, key[2], key[1], key[3])
+        if heard is None:
+            self._modes[code] = mode
+        return mode
+
+    def _cross_calls(self, code: int):
+        """(the mode, the cross-memory calls, the checks) of a replayed direct call where every peer says
+        ``code``: each copy's iovecs as its last call re-based them, and the peer words they were based on
+        (checked by the replay: a peer that published others hands the call back); None where a copy was
+        last based for another binding."""
+        mode = self._modes.get(code) or self._mode(code, True, None)
+        calls, checks = [], []
+        for copy, mine in [(c, self._in_ptrs) for _, c, _, _ in mode.writes] + [(c, self._targets) for c in mode.reads]:
+            if copy is None or copy._ptrs != tuple(mine) or copy._bases is None:
+                return None
+            calls += copy.calls()
+            base = copy._header.ctypes.data
+            checks += [(base + 8 * j, int(v)) for j, v in enumerate(np.frombuffer(copy._bases, np.uint64))]
+        return mode, calls, tuple(checks)
 
     def _forget_replays(self) -> None:
         """The words replay() gave are no longer valid: their holder drops them."""
@@ -685,42 +748,41 @@ class PushExecutable:
         local part; then one Allreduce, entered after my copies: did any fail (every rank raises), and
         no sender returns before every rank that reads its operand is done."""
         MPI, copyto = self._MPI, np.copyto
-        local = self._land_pairs[0] if out else self._pairs[0]
-        codes = [code] * len(self._send_codes) if heard is None else [heard[k] for k in self._send_codes]
-        # a destination in host symmetric memory gets plain stores (its header, written before its status, says where)
-        key = (code, tuple(c in _SHAREDS for c in codes), tuple(c in _DIRECTS for c in codes))
-        mode = self._modes.get(key)
+        local, unpack = self._land_pairs if out else (self._pairs[0], ())
+        if code in _DIRECTS:  # the peers store or I read straight into my out=: nothing lands
+            unpack = ()
+        mode = self._modes.get(code if heard is None else None)  # every peer said my code: a time loop's call
         if mode is None:
-            mode = self._modes[key] = _DirectMode(self, code, out, key[2], key[1])
+            mode = self._mode(code, out, heard)
         if mode.first:
             MPI.Prequest.Startall(mode.first)
-        failed = None
+        refused = self._refused
+        refused[:] = 0
         if mode.writes:
             by_dst = self._pairs[2]
-            for i, copy, shared in mode.writes:
+            for i, copy, shared, land in mode.writes:
                 if copy is not None:
-                    failed = copy.move(self._in_ptrs, failed)  # every destination gets its data
+                    copy.move(self._in_ptrs, refused)  # every destination gets its data
                 else:
-                    for d, s in (self._into_shared(i) if shared else by_dst[i][0]):
+                    for d, s in (self._into_shared(i) if shared else by_dst[i][land]):
                         copyto(d, s, casting="no")
             MPI.Prequest.Startall(mode.arrivals)
         for copy in mode.reads:
-            failed = copy.move(self._targets, failed)
+            copy.move(self._targets, refused)
         for d, s in local:
             copyto(d, s, casting="no")
         MPI.Request.Waitall(mode.waits)
-        if not self._direct or (code not in (_DIRECT, _DIRECT_STALE) and (heard is None or not any(
-                c in (_DIRECT, _DIRECT_STALE) for c in heard))):  # no rank copies across memories: plain stores
+        for d, s in unpack:  # a private out= that could not be copied into (below LANDING_MAX): my landing
+            copyto(d, s, casting="no")
+        if not self._direct or (code not in _CROSS and (heard is None or not any(
+                c in _CROSS for c in heard))):  # no rank copies across memories: plain stores
             return
         # after my copies: the kernel refused one it took at plan time (every rank raises: a receiver cannot
         # tell), and a sender whose operand is read returns only after every rank is done
-        self._stored[0] = failed is not None
-        self.comm.Allreduce(MPI.IN_PLACE, self._stored, op=MPI.MAX)
-        if self._stored[0]:
-            failures = [f for mine in collective.agree(self.comm, None, failed) if mine for f in mine]
-            into = ", ".join(str(r) for r in sorted({r for r, _ in failures}))
-            raise CommunicationError(f"redist host backend (push): cross-memory copies into rank(s) {into} failed "
-                                     f"({'; '.join(what for _, what in failures)}); their out= may be incomplete")
+        # (a compiled replay of the call makes the same Allreduce: a rank may replay while its peers run here)
+        self.comm.Allreduce(MPI.IN_PLACE, refused, op=MPI.MAX)
+        if refused[0]:
+            raise CommunicationError(refused_message(int(refused[0]) - 1, int(refused[1])))
 
     def _send_messages(self, rebuild: bool) -> None:
         """Some rank writes into an out=: the inner message exchange (agreed already)."""
@@ -1067,6 +1129,13 @@ def _direct_setup(exe: PushExecutable) -> bool:
     return True
 
 
+def refused_message(into: int, errno: int) -> str:
+    """What every rank raises when the kernel refused a cross-memory copy into rank ``into`` (errno
+    ``errno``; 0: a short copy) somewhere: cabi/redist_replay.c writes the same."""
+    why = os.strerror(errno) if errno > 0 else "a short copy"
+    return f"redist host backend (push): cross-memory copies into rank(s) {into} failed ({why}); their out= may be incomplete"
+
+
 def _split_long(field, src, dst, length):
     """The runs with every run longer than :data:`CALL_BYTES` cut into pieces of at most that."""
     pieces = (length + np.uint64(CALL_BYTES - 1)) // np.uint64(CALL_BYTES)
@@ -1113,9 +1182,10 @@ class _DirectCopy:
         self._local[:, 1] = llen
         self._remote = np.zeros((len(rlen), 2), np.uint64)
         self._remote[:, 1] = rlen
+        self._local_at, self._remote_at = self._local.ctypes.data, self._remote.ctypes.data  # (re-based in place)
         self._chunks = chunks
         self._call = self._me = self._into = self._pid = self._header = None
-        self._what = ""
+        self._read = False
         self._ptrs: tuple[int, ...] | None = None
         self._bases: bytes | None = None
 
@@ -1124,15 +1194,19 @@ class _DirectCopy:
         memory it writes, the peer's process, its published addresses (a view of its segment)."""
         self._me = me
         self._call, self._into, self._pid, self._header = call, into, pid, header
-        self._what = (f"process_vm_writev into rank {into}, pid {pid}" if source is None else
-                      f"process_vm_readv from rank {source}, pid {pid}")
+        self._read = source is not None
 
     def forget_mine(self) -> None:
         self._ptrs = None
 
-    def move(self, ptrs: Sequence[int], failed: list | None) -> list | None:
-        """Copy every run (``ptrs``: my side's address per field); ``failed`` (the failures so far,
-        or None) with (the rank written into, what went wrong) added if the kernel refused."""
+    def calls(self) -> list:
+        """Its calls as :func:`.replay.cross_words` takes them, with the iovecs as last based (by :meth:`move`)."""
+        return [(self._read, self._into, self._pid, self._local[lstart:lstart + lcount], self._remote[rstart:rstart + rcount])
+                for lstart, lcount, rstart, rcount, _ in self._chunks]
+
+    def move(self, ptrs: Sequence[int], refused: np.ndarray) -> None:
+        """Copy every run (``ptrs``: my side's address per field); where the kernel refuses a call and
+        ``refused`` holds no refusal yet: the rank it writes into, plus one, and the errno go there."""
         key = tuple(ptrs)
         if key != self._ptrs:
             self._local[:, 0] = np.asarray(key, np.uint64)[self._lfield] + self._mine
@@ -1142,35 +1216,35 @@ class _DirectCopy:
         if bases != self._bases:
             self._remote[:, 0] = header[self._rfield] + self._theirs
             self._bases = bases
-        local, remote, call, pid = self._local.ctypes.data, self._remote.ctypes.data, self._call, self._pid
+        local, remote, call, pid = self._local_at, self._remote_at, self._call, self._pid
         for lstart, lcount, rstart, rcount, nbytes in self._chunks:
             ctypes.set_errno(0)
             got = call(pid, local + 16 * lstart, lcount, remote + 16 * rstart, rcount, 0)
             if got != nbytes:
-                errno = ctypes.get_errno()
-                what = f"{self._what}: {got} of {nbytes} bytes{', ' + os.strerror(errno) if got < 0 and errno else ''}"
-                return [*(failed or ()), (self._into, f"rank {self._me} {what}")]
-        return failed
+                if not refused[0]:
+                    refused[:] = self._into + 1, ctypes.get_errno() if got < 0 else 0
+                return
 
 
 class _DirectMode:
-    """What a direct call does for one status code, one set of direct peers and which of them are in
-    host symmetric memory: the arrivals to receive, the sends to copy (a :class:`_DirectCopy`) or
-    store (plain stores: into the peer's result, or into its targets where ``shared``) and their
-    arrivals (none where the peer reads), the receives to read, and every request to wait for."""
+    """What a direct call does for one status code, one set of direct peers, which of them are in
+    host symmetric memory and which land (below LANDING_MAX, a private out= that cannot be copied
+    into): the arrivals to receive, the sends to copy (a :class:`_DirectCopy`) or store (plain
+    stores: into the peer's result, its landing, or its targets where ``shared``) and their arrivals
+    (none where the peer reads), the receives to read, and every request to wait for."""
 
     def __init__(self, exe: PushExecutable, code: int, out: bool, direct: tuple[bool, ...],
-                 shared: tuple[bool, ...]) -> None:
+                 shared: tuple[bool, ...], land: tuple[bool, ...]) -> None:
         plan = exe._fields[0]
         copies = exe._writes or [None] * len(plan.sends)  # none without cross-memory attach (host symmetric only)
         reads = exe._reads or [None] * len(plan.recvs)
         cross = [d and not sh for d, sh in zip(direct, shared)]  # destinations copied into by cross-memory attach
         read_by_peer = [c and w is None for c, w in zip(cross, copies)]
-        read_by_me = [out and code not in _SHAREDS and c is not None for c in reads]
+        read_by_me = [out and code in _CROSS and c is not None for c in reads]
         self.first = [r for r, mine in zip(exe._arrival_recvs, read_by_me) if not mine]
-        self.writes = [(i, copies[i] if c else None, sh)
-                       for i, (c, sh, theirs) in enumerate(zip(cross, shared, read_by_peer)) if not theirs]
-        self.arrivals = [exe._arrival_sends[i] for i, _, _ in self.writes]
+        self.writes = [(i, copies[i] if c else None, sh, int(la))
+                       for i, (c, sh, la, theirs) in enumerate(zip(cross, shared, land, read_by_peer)) if not theirs]
+        self.arrivals = [exe._arrival_sends[i] for i, *_ in self.writes]
         self.reads = [c for c, mine in zip(reads, read_by_me) if mine]
         self.waits = self.first + self.arrivals + (
             exe._status.sends[code] if exe._status else [])
@@ -1181,8 +1255,12 @@ def _out_route(exe: PushExecutable) -> str:
     shared = ("the peers store straight into an out= in host symmetric memory laid out like its result; other "
               "out= " if exe._complete and exe._fields[0].nranks > 1 else "")
     if exe._landing:
-        return shared + ("land in shared memory, then copy" if exe._fused.max_recv_staging_bytes else
-                         "are copied straight into it")
+        if not exe._fused.max_recv_staging_bytes:
+            return shared + "are copied straight into it"
+        return shared + ("are copied straight into it when laid out like its result (cross-memory attach: the "
+                         "peers store, or the rank reads their operands where their side has the longer "
+                         "stretches), else land in shared memory, then copy" if exe._direct else
+                         "land in shared memory, then copy")
     if exe._direct:
         return shared + ("are copied straight into it (cross-memory attach: the peers store, or the rank reads "
                          "their operands where their side has the longer stretches) when every out= is laid out "

@@ -23,10 +23,11 @@ if TYPE_CHECKING:
 __all__ = ["VERSION", "copy_words", "words"]
 
 #: cabi/redist_replay.c's REDIST_REPLAY_VERSION
-VERSION = 3
+VERSION = 4
 #: cabi/redist_replay.c's REDIST_REPLAY_MAXDIM: a copy of more outer dimensions is not replayed
 MAXDIM = 32
 _calls: dict = {}  # the MPI module -> (Startall, Waitall, Error_string addresses, request width, status size, tag offset)
+_reduce: dict = {}  # the MPI module -> (MPI_Allreduce's address, MPI_INT's handle, MPI_MAX's handle)
 
 
 def _mpi_calls(MPI) -> tuple[int, ...]:
@@ -49,6 +50,30 @@ def _mpi_calls(MPI) -> tuple[int, ...]:
             raise RuntimeError("cannot tell where MPI_Status keeps its tag")
         hit = _calls[MPI] = (*addresses, MPI._sizeof(MPI.Request), size, offset)
     return hit
+
+
+def _allreduce(MPI, comm) -> list[int]:
+    """The words of the closing Allreduce of two ints (MAX) on ``comm``: MPI_Allreduce's address in
+    the MPI library mpi4py uses, and the handles of the communicator, MPI_INT and MPI_MAX (as
+    words: an int handle's value, or a pointer)."""
+    hit = _reduce.get(MPI)
+    if hit is None:
+        lib = ctypes.CDLL(MPI.__file__)
+        hit = _reduce[MPI] = (ctypes.cast(lib.MPI_Allreduce, ctypes.c_void_p).value or 0,
+                              MPI._handleof(MPI.INT), MPI._handleof(MPI.MAX))
+    return [hit[0], MPI._handleof(comm), hit[1], hit[2]]
+
+
+def cross_words(calls: Sequence[tuple[bool, int, int, np.ndarray, np.ndarray]]) -> list[int]:
+    """The count, then per cross-memory call ``read, into, pid, bytes, nlocal, nremote`` and its two
+    iovec lists (address, length per iovec: arrays of shape (n, 2)): ``process_vm_readv`` from ``pid``
+    where ``read``, else ``process_vm_writev`` into it; ``into`` is the rank whose memory it writes
+    (what a refusal names)."""
+    out = [len(calls)]
+    for read, into, pid, local, remote in calls:
+        out += [int(read), into, pid, int(local[:, 1].sum()), len(local), len(remote),
+                *(int(v) for v in local.reshape(-1)), *(int(v) for v in remote.reshape(-1))]
+    return out
 
 
 def _handles(MPI, requests: Sequence) -> list[int]:
@@ -94,7 +119,9 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
           arrival_recvs: Sequence[MPI.Prequest], arrival_sends: Sequence[MPI.Prequest],
           finish: Sequence[MPI.Prequest], phases: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
           operands: Sequence[int], lazy: bool, checks: Sequence[tuple[int, int]] = (),
-          sets: Sequence[tuple[int, int]] = (), starts: Sequence[int] | None = None) -> np.ndarray:
+          sets: Sequence[tuple[int, int]] = (), starts: Sequence[int] | None = None,
+          cross: Sequence[tuple[bool, int, int, np.ndarray, np.ndarray]] = (),
+          reduce: MPI.Intracomm | None = None) -> np.ndarray:
     """One call with the operands at ``operands`` (per field; the replay's key with the caller's
     out=), as cabi/redist_replay.c runs it (``lazy``: the C side may rebind the operands to those
     of another of its replays without telling Python first):
@@ -108,9 +135,14 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
        the codes heard);
     2. start ``arrival_recvs``; the copies of ``phases[0]`` (into the peers' memory, or packs), after
        the k-th of them the next ``starts[k]`` of ``arrival_sends`` (a pack's messages leave while
-       the next pack is made, as :meth:`.executable.HostExecutable.exchange` sends them); start the
-       rest of ``arrival_sends``; the copies of ``phases[1]``; ``MPI_Waitall(finish)``; the copies
-       of ``phases[2]``.
+       the next pack is made, as :meth:`.executable.HostExecutable.exchange` sends them); the
+       ``cross`` calls (cross-memory attach: :func:`cross_words`); start the rest of
+       ``arrival_sends``; the copies of ``phases[1]``; ``MPI_Waitall(finish)``; the copies of
+       ``phases[2]``;
+    3. with ``reduce`` (a communicator): an Allreduce (MAX) of two ints after the copies (the rank
+       whose memory a refused cross-memory call was to write, plus one, and its errno; else zeros):
+       no rank returns before every rank that reads its operand is done, and where a call was
+       refused every rank fails the call with the same message.
     """
     startall, waitall, error_string, width, status_size, tag_offset = _mpi_calls(MPI)
     head = [VERSION, startall, waitall, error_string, width, status_size, tag_offset, tag_base, code, nothers,
@@ -120,4 +152,6 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
             *_handles(MPI, finish), *(w for pair in (*sets, *checks) for w in pair)]
     for k, pairs in enumerate(phases):
         body += copy_words(pairs, starts if k == 0 else None)
+    body += cross_words(cross)
+    body += _allreduce(MPI, reduce) if reduce is not None else [0, 0, 0, 0]
     return np.array([v - (1 << 64) if v >= 1 << 63 else v for v in head + body], np.int64)

@@ -55,14 +55,50 @@ static int recorded_start(int n, void *requests)
     return 0;
 }
 
+/* An MPI_Allreduce (MAX of ints) of one rank with a peer whose contribution harness_peer sets; it
+   records what this rank contributed. */
+static int32_t peer_value[2], sent_value[2];
+
+static int fake_allreduce(const void *send, void *recv, int count, intptr_t type, intptr_t op, intptr_t comm)
+{
+    const int32_t *in = send;
+    int32_t *out = recv;
+    int i;
+    (void)type;
+    (void)op;
+    (void)comm;
+    for (i = 0; i < count && i < 2; i++) {
+        sent_value[i] = in[i];
+        out[i] = in[i] > peer_value[i] ? in[i] : peer_value[i];
+    }
+    return 0;
+}
+
+/* What the peer of fake_allreduce contributes from now on. */
+void harness_peer(int32_t into, int32_t err)
+{
+    peer_value[0] = into;
+    peer_value[1] = err;
+}
+
+/* What this rank contributed to the last fake_allreduce, and the message of the last failure. */
+const char *harness_sent(int32_t *into, int32_t *err)
+{
+    *into = sent_value[0];
+    *err = sent_value[1];
+    return redist_last_error;
+}
+
 /* The MPI calls to put in a replay's words: 0 MPI_Startall, 1 MPI_Waitall, 2 MPI_Error_string,
-   3 an MPI_Startall that records its calls (harness_record, harness_log). */
+   3 an MPI_Startall that records its calls (harness_record, harness_log), 4 MPI_Allreduce
+   (fake_allreduce). */
 void *harness_call(int which)
 {
     return which == 0   ? (void *)nothing_started
            : which == 1 ? (void *)nothing_waited
            : which == 2 ? (void *)no_error_string
-                        : (void *)recorded_start;
+           : which == 3 ? (void *)recorded_start
+                        : (void *)fake_allreduce;
 }
 
 /* Forget the calls recorded so far; from now on record the byte at `at` with each. */

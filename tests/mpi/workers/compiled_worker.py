@@ -39,7 +39,7 @@ from redist.engine import errors  # noqa: E402
 from redist.engine.host import compiled, executable, push  # noqa: E402
 
 SHAPES = ((13, 10, 6), (40, 33, 20))  # the second lands nothing at P = 2: push's other routes too
-METHODS = ("auto", *PUSH_ROUTES, "hybrid", "datatype", "pack", "alltoallw")
+METHODS = (*PUSH_ROUTES, "hybrid", "datatype", "pack", "alltoallw")  # "auto" is push on one node
 STEPS = 6
 python_calls = [0]  # calls that entered an executable's execute() in Python
 
@@ -82,12 +82,13 @@ def held(r) -> int:
 
 def out_replays(method: str, shape, symmetric: bool) -> bool | None:
     """Whether an out= call of ``method`` has a replay (None: not checked): the message methods'
-    always, alltoallw's never; push's (as planned) where it lands (the small shape) or stores into
-    host symmetric memory. Its other routes depend on P and the MPI (where nothing crosses ranks
-    every route lands; the cross-memory copies and messages run in Python: PushExecutable.replay)."""
+    always, alltoallw's never; push's (as planned, or landing) on the small shape (it lands, or copies
+    across memories) or where it stores into host symmetric memory. Its other routes depend on P and
+    the MPI (where nothing crosses ranks every route lands; messages run in Python:
+    PushExecutable.replay)."""
     if method in ("hybrid", "datatype", "pack", "alltoallw"):
         return method != "alltoallw"
-    return True if method in ("auto", "push") and (symmetric or shape == SHAPES[0]) else None
+    return True if method in ("auto", "push", "push-landing") and (symmetric or shape == SHAPES[0]) else None
 
 
 def loops(report: Report, world, disabled: bool) -> None:
