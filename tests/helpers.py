@@ -58,11 +58,11 @@ def shared_gpu() -> bool:
 
 
 #: push's routes for calls with an out=, as host-method names of the tests: "push" (as planned: below
-#: LANDING_MAX cross-memory copies where the kernel allows them, else the landing), "push-landing"
-#: (below LANDING_MAX every private out= lands), "push-messages" (MPI messages into out= at every
-#: size), "push-direct" (the peers' stores straight into out=, cross-memory attach, at every size and
-#: on every MPI, short runs too)
-PUSH_ROUTES = ("push", "push-landing", "push-messages", "push-direct")
+#: LANDING_MAX the landing, or from DIRECT_SMALL_MIN cross-memory copies where the kernel allows them),
+#: "push-copies" (below LANDING_MAX cross-memory copies at every size), "push-messages" (MPI messages
+#: into out= at every size), "push-direct" (the peers' stores straight into out=, cross-memory attach,
+#: at every size and on every MPI, short runs too)
+PUSH_ROUTES = ("push", "push-copies", "push-messages", "push-direct")
 
 
 @contextlib.contextmanager
@@ -71,15 +71,15 @@ def push_route(method: str):
     an out=; any other method: nothing changes."""
     from redist.engine.host import push
 
-    saved = push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN, push.DIRECT_SMALL
+    saved = push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN, push.DIRECT_SMALL_MIN
     if method in ("push-messages", "push-direct"):  # LANDING_MAX -1: not even exchanges that receive nothing land
         push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN = -1, method == "push-direct", 0
-    if method == "push-landing":
-        push.DIRECT_SMALL = False
+    if method == "push-copies":
+        push.DIRECT_SMALL_MIN = 0
     try:
         yield
     finally:
-        push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN, push.DIRECT_SMALL = saved
+        push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN, push.DIRECT_SMALL_MIN = saved
 
 
 def gpu_env(**extra) -> dict:

@@ -134,6 +134,10 @@ DIRECT: bool | None = None
 #: runs are long enough; on any MPI (no message carries data either way) unless DIRECT is False. Their
 #: data then moves once, as into a result: perf/RESULTS.md, "A private out= read by its receiver"
 DIRECT_SMALL = True
+#: ... where some rank receives at least this many bytes: below it a system call per peer and the closing
+#: Allreduce cost more than the landing's second copy (the VM, P = 2: 8^3 lands in 5.7 us, copies across
+#: memories in 8.9; 24^3 12.9 and 12.2 us); smaller exchanges land, and plan() skips the cross-memory probe
+DIRECT_SMALL_MIN = 32 << 10
 DIRECT_MIN_RUN = 256
 #: who makes a direct copy, decided per pair when an object is planned: None (the default) by the
 #: stretch rule of _who_copies, True every receiver reads, False every sender stores
@@ -240,8 +244,8 @@ class PushExecutable:
         # direct calls, reduced by their Allreduce (MAX): the rank a refused copy was to write, plus one, and its errno
         self._refused = np.zeros(2, np.intc)
         # decided from data every rank has (the largest receive staging of any rank, the module's knobs)
-        crosses = (DIRECT_SMALL and DIRECT is not False and fused.max_recv_staging_bytes > 0 if self._landing
-                   else _direct_wanted(MPI))
+        crosses = (DIRECT_SMALL and DIRECT is not False and fused.max_recv_staging_bytes >= max(DIRECT_SMALL_MIN, 1)
+                   if self._landing else _direct_wanted(MPI))
         self._direct = crosses and 1 < P <= COMPLETE_MAX and _direct_setup(self)
         if not (self._direct and None in self._writes):  # no peer reads my operand: no call publishes it
             self._operand_words = None

@@ -661,12 +661,12 @@ def every_host_method_works(env):
 
 
 def host_methods():
-    """Every host method; push four times: calls with an out= as planned (small exchanges, like these:
-    cross-memory copies where the kernel allows them), landing in shared memory, as messages, and
+    """Every host method; push four times: calls with an out= as planned (landing in shared memory:
+    small exchanges, like these), copied into across memories below LANDING_MAX, as messages, and
     stored straight into out= at any size (helpers.push_route). ("auto" is push on one node.)"""
     from redist.engine.host import available_methods
 
-    return ("push", "push-landing", "push-messages", "push-direct") + available_methods()
+    return ("push", "push-copies", "push-messages", "push-direct") + available_methods()
 
 
 def planned_with(env, method, dtype=np.float64):
@@ -1393,7 +1393,7 @@ def push_small_copy_refused_in_a_replay(env):
 
     from redist.engine.host import compiled
 
-    shape = (2 * env.P, 4, 64)  # 2 KiB x-slabs: one stretch each way, well below LANDING_MAX
+    shape = (2 * env.P, 8, 512)  # 64 KiB x-slabs: one stretch each way, above DIRECT_SMALL_MIN, below LANDING_MAX
     big = global_values(shape, np.float64)
     ib, ob = Slab.X.box(env.rank, shape, nranks=env.P), Slab.X.box(env.P - 1 - env.rank, shape, nranks=env.P)
     r = Redistribute(np.ascontiguousarray(big[sl(ib)]), ib, ob, options={"host_method": "push"})

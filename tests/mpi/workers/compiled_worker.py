@@ -82,13 +82,13 @@ def held(r) -> int:
 
 def out_replays(method: str, shape, symmetric: bool) -> bool | None:
     """Whether an out= call of ``method`` has a replay (None: not checked): the message methods'
-    always, alltoallw's never; push's (as planned, or landing) on the small shape (it lands, or copies
-    across memories) or where it stores into host symmetric memory. Its other routes depend on P and
+    always, alltoallw's never; push's (as planned, or copying across memories at every size) on the small
+    shape (it lands, or copies across memories) or where it stores into host symmetric memory. Its other routes depend on P and
     the MPI (where nothing crosses ranks every route lands; messages run in Python:
     PushExecutable.replay)."""
     if method in ("hybrid", "datatype", "pack", "alltoallw"):
         return method != "alltoallw"
-    return True if method in ("auto", "push", "push-landing") and (symmetric or shape == SHAPES[0]) else None
+    return True if method in ("auto", "push", "push-copies") and (symmetric or shape == SHAPES[0]) else None
 
 
 def loops(report: Report, world, disabled: bool) -> None:
