@@ -29,6 +29,9 @@ One execute, on every rank (:class:`.status.StatusRound`):
      but no rendezvous: cheaper than any message while latency dominates. Where no rank
      receives anything (at any number of ranks up to COMPLETE_MAX) this is just the local
      copies into ``out=``;
+     Exchanges where some rank receives at least :data:`DIRECT_SMALL_MIN` copy across memories
+     instead, as below, on any MPI (:data:`DIRECT_SMALL`); a rank whose ``out=`` cannot be copied
+     into (strided) still lands, in the same call;
    * larger ones, on Open MPI (:data:`DIRECT`: there its messages into ``out=`` are the slower
      route; on MPICH they are the faster one, perf/RESULTS.md), where every pair of ranks can use
      Linux cross-memory attach (checked once, when the object is planned) and every run of the
@@ -39,7 +42,7 @@ One execute, on every rank (:class:`.status.StatusRound`):
      arrivals as above. Where a pair's runs make fewer stretches in the sender's operand than in
      the destination (the kernel pins the remote side's pages per iovec), the destination reads
      them instead, with ``process_vm_readv`` from the operand addresses the sender keeps in its
-     segment (decided per pair when planned). Every direct call ends with one small Allreduce,
+     segment, written by every call (decided per pair when planned). Every direct call ends with one small Allreduce,
      which each rank enters after its copies: it tells every rank whether a copy failed, and a
      sender returns (and may change its operand) only once every reader is done. Each element
      moves once and no message carries data;
@@ -594,7 +597,6 @@ class PushExecutable:
             if made is None:
                 return None
             mode, calls, checks = made
-            sets = tuple((self._head.address + 8 * j, int(value)) for j, value in enumerate(self._published))
         if shared:  # the peers' targets as the last call read them (it stored there): checked by the words
             seen = [self._seen.get(i) for i in range(len(self._send_codes))]
             if self._heap.generation != self._shared_generation or any(hit is None or hit[0][0] != tuple(self._in_ptrs) for hit in seen):
@@ -602,7 +604,7 @@ class PushExecutable:
             checks = tuple((self._heads[t.dst].address + 8 * j, int(value))
                            for t, ((_, _, published), _) in zip(self._fields[0].sends, seen)  # type: ignore[misc]
                            for j, value in enumerate(np.frombuffer(published, np.uint64)))
-            # and mine, published again by each replayed call (a replay of another binding may run between)
+        if shared or cross:  # mine, published again by each replayed call (a replay of another binding may run between)
             sets = tuple((self._head.address + 8 * j, int(value)) for j, value in enumerate(self._published))
         if self._operand_words is not None:  # read by my readers after my status: written by every call
             sets += tuple((self._operand_words.ctypes.data + 8 * f, ptr) for f, ptr in enumerate(self._in_ptrs))
@@ -658,11 +660,11 @@ class PushExecutable:
         mode = self._modes.get(code) or self._mode(code, True, None)
         calls, checks = [], []
         for copy, mine in [(c, self._in_ptrs) for _, c, _, _ in mode.writes] + [(c, self._targets) for c in mode.reads]:
-            if copy is None or copy._ptrs != tuple(mine) or copy._bases is None:
+            made = None if copy is None else copy.replayed(mine)
+            if made is None:
                 return None
-            calls += copy.calls()
-            base = copy._header.ctypes.data
-            checks += [(base + 8 * j, int(v)) for j, v in enumerate(np.frombuffer(copy._bases, np.uint64))]
+            calls += made[0]
+            checks += made[1]
         return mode, calls, tuple(checks)
 
     def _forget_replays(self) -> None:
@@ -755,7 +757,7 @@ class PushExecutable:
         local, unpack = self._land_pairs if out else (self._pairs[0], ())
         if code in _DIRECTS:  # the peers store or I read straight into my out=: nothing lands
             unpack = ()
-        mode = self._modes.get(code if heard is None else None)  # every peer said my code: a time loop's call
+        mode = self._modes.get(code) if heard is None else None  # every peer said my code: a time loop's call
         if mode is None:
             mode = self._mode(code, out, heard)
         if mode.first:
@@ -1125,10 +1127,10 @@ def _direct_setup(exe: PushExecutable) -> bool:
         return False
     for copy, t in zip(writes, plan.sends):
         if copy is not None:
-            copy.connect(writev, plan.rank, t.dst, infos[t.dst][0], exe._heads[t.dst].targets)
+            copy.connect(writev, t.dst, infos[t.dst][0], exe._heads[t.dst].targets)
     for copy, t in zip(reads, plan.recvs):
         if copy is not None:
-            copy.connect(readv, plan.rank, plan.rank, infos[t.src][0], exe._heads[t.src].operands, source=t.src)
+            copy.connect(readv, plan.rank, infos[t.src][0], exe._heads[t.src].operands, read=True)
     exe._writes, exe._reads = writes, reads
     return True
 
@@ -1188,25 +1190,29 @@ class _DirectCopy:
         self._remote[:, 1] = rlen
         self._local_at, self._remote_at = self._local.ctypes.data, self._remote.ctypes.data  # (re-based in place)
         self._chunks = chunks
-        self._call = self._me = self._into = self._pid = self._header = None
+        self._call = self._into = self._pid = self._header = None
         self._read = False
         self._ptrs: tuple[int, ...] | None = None
         self._bases: bytes | None = None
 
-    def connect(self, call, me: int, into: int, pid: int, header: np.ndarray, source: int | None = None) -> None:
-        """``call`` (process_vm_writev, or process_vm_readv from rank ``source``), my rank, the rank whose
-        memory it writes, the peer's process, its published addresses (a view of its segment)."""
-        self._me = me
-        self._call, self._into, self._pid, self._header = call, into, pid, header
-        self._read = source is not None
+    def connect(self, call, into: int, pid: int, header: np.ndarray, read: bool = False) -> None:
+        """``call`` (process_vm_writev, or process_vm_readv where ``read``), the rank whose memory it
+        writes, the peer's process, its published addresses (a view of its segment)."""
+        self._call, self._into, self._pid, self._header, self._read = call, into, pid, header, read
 
     def forget_mine(self) -> None:
         self._ptrs = None
 
-    def calls(self) -> list:
-        """Its calls as :func:`.replay.cross_words` takes them, with the iovecs as last based (by :meth:`move`)."""
-        return [(self._read, self._into, self._pid, self._local[lstart:lstart + lcount], self._remote[rstart:rstart + rcount])
-                for lstart, lcount, rstart, rcount, _ in self._chunks]
+    def replayed(self, ptrs: Sequence[int]) -> tuple[list, list] | None:
+        """For a compiled replay of the calls :meth:`move` made last with ``ptrs``: its calls as
+        :func:`.replay.cross_words` takes them, and the checks (address, value) of the peer's words
+        their iovecs were based on; None where they were last based for other addresses of mine."""
+        if self._ptrs != tuple(ptrs) or self._bases is None:
+            return None
+        calls = [(self._read, self._into, self._pid, self._local[lstart:lstart + lcount],
+                  self._remote[rstart:rstart + rcount]) for lstart, lcount, rstart, rcount, _ in self._chunks]
+        base = self._header.ctypes.data
+        return calls, [(base + 8 * j, int(v)) for j, v in enumerate(np.frombuffer(self._bases, np.uint64))]
 
     def move(self, ptrs: Sequence[int], refused: np.ndarray) -> None:
         """Copy every run (``ptrs``: my side's address per field); where the kernel refuses a call and

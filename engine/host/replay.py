@@ -26,19 +26,19 @@ __all__ = ["VERSION", "copy_words", "words"]
 VERSION = 4
 #: cabi/redist_replay.c's REDIST_REPLAY_MAXDIM: a copy of more outer dimensions is not replayed
 MAXDIM = 32
-_calls: dict = {}  # the MPI module -> (Startall, Waitall, Error_string addresses, request width, status size, tag offset)
-_reduce: dict = {}  # the MPI module -> (MPI_Allreduce's address, MPI_INT's handle, MPI_MAX's handle)
+_calls: dict = {}  # the MPI module -> (Startall, Waitall, Error_string, Allreduce addresses, request width,
+#                    status size, tag offset)
 
 
 def _mpi_calls(MPI) -> tuple[int, ...]:
-    """The addresses of MPI_Startall, MPI_Waitall and MPI_Error_string in the MPI library mpi4py
-    uses, the width of a request handle, the size of MPI_Status and where its tag is (found by
-    setting one)."""
+    """The addresses of MPI_Startall, MPI_Waitall, MPI_Error_string and MPI_Allreduce in the MPI
+    library mpi4py uses, the width of a request handle, the size of MPI_Status and where its tag is
+    (found by setting one)."""
     hit = _calls.get(MPI)
     if hit is None:
         lib = ctypes.CDLL(MPI.__file__)  # its dependencies include libmpi: dlsym searches them
         addresses = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
-                     for name in ("MPI_Startall", "MPI_Waitall", "MPI_Error_string")]
+                     for name in ("MPI_Startall", "MPI_Waitall", "MPI_Error_string", "MPI_Allreduce")]
         status, marker = MPI.Status(), 0x5A5A1234
         status.Set_source(1)
         status.Set_tag(marker)
@@ -50,18 +50,6 @@ def _mpi_calls(MPI) -> tuple[int, ...]:
             raise RuntimeError("cannot tell where MPI_Status keeps its tag")
         hit = _calls[MPI] = (*addresses, MPI._sizeof(MPI.Request), size, offset)
     return hit
-
-
-def _allreduce(MPI, comm) -> list[int]:
-    """The words of the closing Allreduce of two ints (MAX) on ``comm``: MPI_Allreduce's address in
-    the MPI library mpi4py uses, and the handles of the communicator, MPI_INT and MPI_MAX (as
-    words: an int handle's value, or a pointer)."""
-    hit = _reduce.get(MPI)
-    if hit is None:
-        lib = ctypes.CDLL(MPI.__file__)
-        hit = _reduce[MPI] = (ctypes.cast(lib.MPI_Allreduce, ctypes.c_void_p).value or 0,
-                              MPI._handleof(MPI.INT), MPI._handleof(MPI.MAX))
-    return [hit[0], MPI._handleof(comm), hit[1], hit[2]]
 
 
 def cross_words(calls: Sequence[tuple[bool, int, int, np.ndarray, np.ndarray]]) -> list[int]:
@@ -144,7 +132,7 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
        no rank returns before every rank that reads its operand is done, and where a call was
        refused every rank fails the call with the same message.
     """
-    startall, waitall, error_string, width, status_size, tag_offset = _mpi_calls(MPI)
+    startall, waitall, error_string, allreduce, width, status_size, tag_offset = _mpi_calls(MPI)
     head = [VERSION, startall, waitall, error_string, width, status_size, tag_offset, tag_base, code, nothers,
             len(first), len(arrival_recvs), len(arrival_sends), len(finish), int(lazy), len(sets), len(checks),
             *operands]
@@ -153,5 +141,7 @@ def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code:
     for k, pairs in enumerate(phases):
         body += copy_words(pairs, starts if k == 0 else None)
     body += cross_words(cross)
-    body += _allreduce(MPI, reduce) if reduce is not None else [0, 0, 0, 0]
+    # the closing Allreduce: its address and the handles of the communicator, MPI_INT and MPI_MAX as words
+    body += ([allreduce, MPI._handleof(reduce), MPI._handleof(MPI.INT), MPI._handleof(MPI.MAX)] if reduce is not None
+             else [0, 0, 0, 0])
     return np.array([v - (1 << 64) if v >= 1 << 63 else v for v in head + body], np.int64)
