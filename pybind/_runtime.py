@@ -63,6 +63,21 @@ _live = weakref.WeakValueDictionary()  # serial -> Redistribute, freed (in creat
 _serial = 0
 
 
+_initialize_hooks: list = []  # callables run (in registration order) at the end of initialize()
+_finalize_hooks: list = []  # callables run (in registration order) first in finalize()
+
+
+def add_runtime_hooks(*, on_initialize=None, on_finalize=None) -> None:
+    """Run ``on_initialize()`` after every :func:`initialize` and ``on_finalize()`` first in every
+    :func:`finalize` (while MPI and the context are still up). For redist's own modules (the plan
+    caches of the framework adapters, wisdom): every rank must register the same hooks in the same
+    order, since a hook may be collective. Registering the same callable twice is a no-op."""
+    with _lock:
+        for hooks, hook in ((_initialize_hooks, on_initialize), (_finalize_hooks, on_finalize)):
+            if hook is not None and hook not in hooks:
+                hooks.append(hook)
+
+
 def _register(obj) -> int:
     global _serial
     with _lock:
@@ -204,6 +219,8 @@ def initialize(device_id: int | str | None = None, process_group: ProcessGroup |
         if not _atexit_registered:
             atexit.register(finalize)
             _atexit_registered = True
+        for hook in list(_initialize_hooks):
+            hook()
 
 
 def finalize() -> None:
@@ -212,6 +229,8 @@ def finalize() -> None:
     with _lock:
         if _ctx is None:
             return
+        for hook in list(_finalize_hooks):
+            hook()
         for key in sorted(_live.keys()):  # creation order: the same on every rank
             obj = _live.get(key)
             if obj is not None:
