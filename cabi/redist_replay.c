@@ -5,7 +5,7 @@
  *
  * A C or Fortran time loop calls redist_execute with the same operands and out= every step, or
  * alternates between a few. Once such a call has run through Python and succeeded, the engine
- * describes what the next identical call does (PushExecutable.replay in engine/host/push.py,
+ * describes what the next identical call does (PushExecutable.replay in engine/host/push/replay.py,
  * HostExecutable.replay in engine/host/executable.py for the message methods and one process) as
  * words (engine/host/replay.py), and _entry.py hands them to _redist_set_replay: a replay, keyed by
  * the operands and the out= it was made for (up to REDIST_REPLAYS_PER_HANDLE per handle). The next
@@ -803,7 +803,7 @@ static int redist_replay_run(redist_replay_t *rp)
         if ((rc = rp->allreduce(refused, anywhere, 2, rp->int_type, rp->max_op, rp->comm)) != 0)
             return redist_replay_mpi_failed(rp, "MPI_Allreduce", rc);
         if (anywhere[0] != 0) {
-            /* engine/host/push.py's refused_message: the same text whichever path a rank took */
+            /* engine/host/push/cross_memory.py's refused_message: the same text whichever path a rank took */
             snprintf(redist_last_error, sizeof redist_last_error,
                      "redist host backend (push): cross-memory copies into rank(s) %d failed (%s); their out= may "
                      "be incomplete",

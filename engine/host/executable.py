@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AUTO_METHOD", "CACHE_SIZE", "COMPLETE_MAX", "METHODS", "HostExecutable", "out_problem", "tag_ub"]
 
-#: the message methods (engine/host/push.py adds "push": stores into a shared window)
+#: the message methods (engine/host/push/ adds "push": stores into a shared window)
 METHODS = ("hybrid", "datatype", "pack", "alltoallw")
 AUTO_METHOD = "hybrid"
 _METHOD_TEXT = {
