@@ -15,7 +15,8 @@ from ... import collective
 from ...buffer import Buffer
 from ...errors import CommunicationError, InvalidValueError, NotSupportedError
 from ...plan import FusedPlan, Plan, fuse
-from ..executable import CACHE_SIZE, COMPLETE_MAX, HostExecutable, out_problem, tag_ub
+from ..executable import COMPLETE_MAX, HostExecutable, out_problem, tag_ub
+from ..requests import CACHE_SIZE
 from ..status import FAILED, WELL, StatusRound
 from ..symmetric import RESULT
 from . import tuning

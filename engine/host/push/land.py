@@ -9,7 +9,7 @@ import numpy as np
 
 from ...strided import HostBuffer
 from .._datatypes import copy_views
-from ..executable import CACHE_SIZE
+from ..requests import CACHE_SIZE
 from .codes import _DIRECTS, _WITH_OUT
 
 

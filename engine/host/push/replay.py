@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...errors import CommunicationError, InternalError
-from ..executable import CACHE_SIZE
+from ..requests import CACHE_SIZE
 from ..replay import words as replay_words
 from ..status import WELL
 from .codes import _DIRECT, _DIRECT_STALE, _OUT, _SHARED, _SHARED_STALE, _STALE, _STALES

@@ -10,7 +10,7 @@ import numpy as np
 from ...errors import InternalError
 from ...strided import HostBuffer
 from .._datatypes import copy_views
-from ..executable import CACHE_SIZE
+from ..requests import CACHE_SIZE
 from ..symmetric import RESULT
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...strided import HostBuffer
 from .._datatypes import copy_views
-from ..executable import CACHE_SIZE
+from ..requests import CACHE_SIZE
 
 
 class StoreRoute:
