@@ -10,6 +10,7 @@ import functools
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
@@ -66,12 +67,26 @@ def _as_distribution(d, which: str) -> Distribution:
     raise InvalidTypeError(f"{which}_distribution must be a redist Distribution or a (lower, upper) pair, got {d!r}")
 
 
-#: address of element 0, per package (numpy: Redistribute._numpy_pointer, cached)
+#: address of element 0, per package, read anew (numpy's __setstate__ and torch's set_ move an array's data)
 _POINTER = {
+    "numpy": data_pointer,
     "torch": lambda obj: obj.data_ptr(),
     "cupy": lambda obj: obj.data.ptr,
     "raw": lambda obj: obj.ptr,
 }
+
+
+def _weak(out) -> Callable[[], Any]:
+    """A reference to an out= that does not keep it alive where the object allows (a RawArray may not)."""
+    try:
+        return weakref.ref(out)
+    except TypeError:
+        return lambda: out
+
+
+def _holds(ref: Callable[[], Any] | None, out) -> bool:
+    """Whether ``ref`` (an entry of ``Redistribute._outs``) refers to ``out``."""
+    return ref is not None and ref() is out
 
 
 def _template(op: Operand) -> Operand:
@@ -206,7 +221,9 @@ class Redistribute(Generic[ArrayT]):
         self._out_order = rl if isinstance(rl, tuple) else consensus_order(specs)  # a tuple is a true permutation
         self._ctor_stream = ctor_stream
         self._result = None
-        self._outs: list = [None] * len(ops)  # per field: the out= object bound now (None: the engine-owned result)
+        # per field: a weak reference to the out= object bound now (None: the engine-owned result); weak, so that
+        # an out= the caller drops (host symmetric memory freed and dropped) goes while this object lives
+        self._outs: list = [None] * len(ops)
         self._outs_bound = False  # some field has an out= bound (several fields)
         # (id, field) -> (weak reference, layout signature, Buffer, lo, hi) of out= objects checked before
         self._out_checked: dict = {}
@@ -214,7 +231,6 @@ class Redistribute(Generic[ArrayT]):
         # out= objects a call accepted (a time loop's few arrays: taken again without the checks; _again).
         # numpy refuses to resize an array that has weak references, but __setstate__ moves its data: compared.
         self._out_again: dict = {}
-        self._ptrs: dict = {}  # id -> (weak reference, address) of numpy operands rebound before
         # planned on host: where repeated calls run in C (engine/host/compiled.py; None: in Python), and
         # how many calls ran in Python (a replay is offered from the second on: not for one-shot use)
         self._replays = None
@@ -225,7 +241,7 @@ class Redistribute(Generic[ArrayT]):
         # per field: the bytes it spans around its address, and the address
         self._extents = [byte_extent(o.shape, o.strides, o.itemsize) for o in ops]
         self._operand_ptrs = [o.ptr for o in ops]
-        self._pointer = self._numpy_pointer if op.package == "numpy" else _POINTER[op.package]
+        self._pointer = _POINTER[op.package]
         self._streams = self._backend != "host"  # execute() needs a stream handle
         self._fresh = opts.result == "fresh"
         if self._fresh and fields:
@@ -427,6 +443,8 @@ class Redistribute(Generic[ArrayT]):
                 self._check_not_freed("execute")
                 raise InvalidStateError("Execution cannot be performed before plan() has been called.")
             problem = ("InvalidStateError", _RELEASED_MSG)
+        elif self._template.package == "numpy":
+            problem = problem or self._operands_moved()
         target, p = self._bind_call(out)
         problem = problem or p
         try:
@@ -454,20 +472,22 @@ class Redistribute(Generic[ArrayT]):
         every rank (:meth:`_resume`)."""
         if self._state is not _State.READY or self._logger.logger.isEnabledFor(logging.DEBUG):
             return None
+        numpy = self._template.package == "numpy"  # its operands' data pointers are compared in C (MOVED)
         if out is None:
             if self._fields:
-                rc = replays.run(self._operand_ptrs, (0,) * self._nfields)
+                rc = replays.run([id(o) for o in self._operand_obj] if numpy else (0,) * self._nfields,
+                                 self._operand_ptrs, (0,) * self._nfields)
             else:
-                rc = replays.run1(self._operand_ptrs[0], 0)
+                rc = replays.run1(id(self._operand_obj) if numpy else 0, self._operand_ptrs[0], 0)
             target = self._result
         elif self._fields or not isinstance(out, np.ndarray):
             return None
         else:  # the out= is matched in C against its record (_offer), data pointer included
-            rc = replays.run_out(self._operand_ptrs[0], out)
+            rc = replays.run_out(id(self._operand_obj) if numpy else 0, self._operand_ptrs[0], out)
             target = out
         if rc == replays.DONE:
             return target
-        if rc == replays.NONE:
+        if rc == replays.NONE or rc == replays.MOVED:  # MOVED: Python rebinds the operand (_operands_moved)
             return None
         if rc == replays.CHANGED:  # reshaped, retyped, made read-only or moved in place: checked again
             self._out_again.pop(id(out), None)
@@ -528,14 +548,36 @@ class Redistribute(Generic[ArrayT]):
             return self._result, None
         again = self._again_hit(out)
         if again is not None:
-            if out is not self._outs[0]:  # a time loop's out= again, unchanged since a call took it: bind it
+            if not _holds(self._outs[0], out):  # a time loop's out= again, unchanged since a call took it: bind it
                 try:
                     self._exe.bind_output(again[3])
                 except Exception as e:  # noqa: BLE001 -- agreed on by the call
                     return out, collective.problem(e)
-                self._outs[0] = out
+                self._outs[0] = _weak(out)
             return out, None
         return out, self._bind_out(out, 0)
+
+    def _operands_moved(self) -> collective.Problem | None:
+        """Rebind each numpy operand whose data moved since it was bound (``ndarray.__setstate__``
+        replaces an array's buffer in place), as :meth:`reset_operand_unchecked` would, where it
+        still fits the plan; this rank's problem where it does not (shape, dtype or strides changed
+        too). One read of each data pointer (a C call), before the call's agreement. Local."""
+        for f, obj in enumerate(self._objects()):
+            if data_pointer(obj) == self._operand_ptrs[f]:
+                continue
+            try:
+                op = wrap(obj)
+                msg = self._compat_problem(op, f) or self._alias_problem(op)
+                if msg is None:
+                    self._exe.bind_input(op.buffer, f)
+                    self._operand_ptrs[f] = op.ptr
+                    continue
+            except Exception as e:  # noqa: BLE001 -- agreed on by the call
+                return collective.problem(e)
+            where = f"field {f}: " if self._fields else ""
+            return ("InvalidValueError", f"{where}the operand changed in place since it was bound (ndarray."
+                    f"__setstate__): {msg}; pass it to reset_operand() (this rank's input box is {self.input_box})")
+        return None
 
     def _replay(self, forget) -> np.ndarray | None:
         """The words of the C ABI's compiled replay of the call just made (redist.cabi; None: it
@@ -689,9 +731,10 @@ class Redistribute(Generic[ArrayT]):
                         what = "the operand" if not self._fields else f"field {g}'s operand"
                         return self._out_failed(f"out= overlaps {what} (the exchange would read what it overwrites)",
                                                 field)
-            if out is not self._outs[field] or not checked:  # a new object, or this one changed in place
-                self._exe.bind_output(buf, field)
-                self._outs[field] = out
+            if not _holds(self._outs[field], out) or not checked:  # a new object, or this one changed in place
+                # host: the executable keeps the address only (the caller's object may go between calls)
+                self._exe.bind_output(buf if self._streams else dataclasses.replace(buf, owner=None), field)
+                self._outs[field] = _weak(out)
             if ranges is None and self._state is _State.READY and self._template.package == "numpy":
                 self._again(out, buf)
             return None
@@ -847,21 +890,6 @@ class Redistribute(Generic[ArrayT]):
             return
         self._bind([wrap(obj) for obj in (operand if self._fields else (operand,))], list(range(self._nfields)))
 
-    def _numpy_pointer(self, operand) -> int:
-        """The address of a numpy ``operand``, kept (weakly) for the next rebind to the same object.
-
-        numpy's ``__array_interface__`` costs ~2 us; an array's address never changes while it
-        keeps its shape, which reset_operand_unchecked's contract already requires.
-        """
-        hit = self._ptrs.get(id(operand))
-        if hit is not None and hit[0]() is operand:
-            return hit[1]
-        ptr = operand.__array_interface__["data"][0]
-        if len(self._ptrs) >= 8:
-            self._ptrs.clear()
-        self._ptrs[id(operand)] = (weakref.ref(operand), ptr)
-        return ptr
-
     def _bind(self, ops: list[Operand], fields: list[int]) -> None:
         if self._state in _PLANNED:
             for f, op in zip(fields, ops):
@@ -893,7 +921,6 @@ class Redistribute(Generic[ArrayT]):
             self._exe.release_input()
         self._operand_obj = None
         self._operand_ptrs = [None] * self._nfields
-        self._ptrs = {}
         self._state = _State.RELEASED if self._state is _State.READY else _State.NEW_RELEASED
 
     def graph(self, stream: Any = None) -> int:
@@ -947,7 +974,7 @@ class Redistribute(Generic[ArrayT]):
         self._state = _State.FREED
         self._operand_obj = self._result = None
         self._outs, self._outs_bound = [None] * self._nfields, False
-        self._out_checked, self._ptrs, self._out_again = {}, {}, {}
+        self._out_checked, self._out_again = {}, {}
         self._replays = None  # exe.free() below makes its executable forget them
         if self._serial is not None:
             _runtime._unregister(self._serial)
