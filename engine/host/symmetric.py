@@ -15,7 +15,9 @@ translates that address into its own mapping (:meth:`HostHeap.peer_address`).
 **Lifetimes.** ``free_symmetric_memory`` (collective) makes the arrays ordinary memory: the
 peers drop their mappings, the owner's array stays valid while it is referenced (its memory goes
 back to the system when the last reference is dropped). ``redist.finalize()`` does the same for
-every allocation still live. Ids are never reused.
+every allocation still live. Ids are never reused. A mapping holds no file descriptor (libc's
+``mmap``, the descriptor closed once mapped; Python's ``mmap`` keeps one per mapping, which put a
+site's descriptor limit at a few dozen live allocations).
 """
 
 from __future__ import annotations
