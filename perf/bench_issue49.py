@@ -2,6 +2,7 @@
 """What the checks of issue #49 cost, and what host symmetric memory holds.
 
     python perf/bench_issue49.py copies                   # one process
+    mpiexec -n 2 python perf/bench_issue49.py calls --iters 31
     mpiexec -n 3 python perf/bench_issue49.py descriptors --count 1000
 
 ``copies``: a direct call (push's cross-memory route, 32 KiB - 1 MiB per rank) now copies a rank's
@@ -11,6 +12,11 @@ CommunicationError on every rank) instead of killing the rank. Side by side, med
 per copy of the local part: numpy's ``copyto`` (before) and the kernel (now), for contiguous parts
 and for parts made of 4 KiB runs; and the read of a numpy array's data pointer that each call now
 makes in Python for its operand (the compiled replays compare it in C at no measurable cost).
+
+``calls``: whole ``execute(out=)`` calls on that route (x-slabs -> y-slabs of float64, 64 KiB to 1 MiB
+per rank, a private out= laid out like the result, replayed in C), objects planned with the local part
+through the kernel (``push.DIRECT_LOCAL``, now) and by numpy (before), interleaved, medians of the
+slowest rank.
 
 ``descriptors``: ``--count`` live allocations of ``allocate_symmetric_memory(3, numpy)`` per rank:
 the descriptors each rank holds before and after (each allocation used to hold one per rank of the
@@ -73,6 +79,38 @@ def copies() -> None:
     print(f"data pointer of a numpy operand (Python path, per call): {_median_us(lambda: compiled.data_pointer(a), 20000) * 1e3:.0f} ns")
 
 
+def calls(iters: int) -> None:
+    import redist
+    from host_timing import interleaved_medians_ms
+    from redist import Redistribute, Slab
+    from redist.engine.host import push
+
+    redist.initialize()
+    comm = redist.get_context().process_group.mpi_comm
+    P, rank = comm.Get_size(), comm.Get_rank()
+    for kib in (64, 256, 1024):
+        shape = (8 * P, 8 * P, kib * 1024 // (64 * 8))  # kib KiB per rank
+        a = np.random.rand(*Slab.X.shape(rank, shape, nranks=P))
+        variants, objects = {}, []
+        for name, local in (("numpy local part", False), ("kernel local part", True)):
+            push.DIRECT_LOCAL = local
+            r = Redistribute(a, Slab.X, Slab.Y, options={"host_method": "push"})
+            r.plan()
+            out = np.empty_like(r.execute())
+            variants[name] = lambda r=r, out=out: r.execute(out=out)
+            objects.append(r)
+        if rank == 0 and "copied straight into it" not in objects[0].plan_description:
+            print("not the cross-memory route:", objects[0].plan_description)
+        got = interleaved_medians_ms(variants, comm, iters=iters)
+        if rank == 0:
+            base = got["numpy local part"]
+            print(f"P={P} {kib} KiB per rank: " + ", ".join(f"{k} {v * 1e3:.1f} us ({v / base:.2f}x)"
+                                                          for k, v in got.items()))
+        for r in objects:
+            r.free()
+    redist.finalize()
+
+
 def descriptors(count: int) -> None:
     import redist
 
@@ -102,10 +140,16 @@ def descriptors(count: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("copies", "descriptors"))
+    ap.add_argument("what", choices=("copies", "calls", "descriptors"))
     ap.add_argument("--count", type=int, default=1000)
+    ap.add_argument("--iters", type=int, default=31)
     args = ap.parse_args()
-    copies() if args.what == "copies" else descriptors(args.count)
+    if args.what == "copies":
+        copies()
+    elif args.what == "calls":
+        calls(args.iters)
+    else:
+        descriptors(args.count)
 
 
 if __name__ == "__main__":

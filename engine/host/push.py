@@ -148,6 +148,11 @@ DIRECT_MIN_RUN = 256
 #: who makes a direct copy, decided per pair when an object is planned: None (the default) by the
 #: stretch rule of _who_copies, True every receiver reads, False every sender stores
 DIRECT_READ: bool | None = None
+#: a rank whose out= is copied into across memories copies its own part into it with the kernel too, so an
+#: out= mapped read-only behind numpy's back is refused (one CommunicationError on every rank) instead of
+#: SIGSEGV in its local copy. Read when an object is planned. Costs what the kernel's page pinning costs
+#: (a 1-byte probe per page costs as much: perf/bench_issue49.py); False: numpy copies the local part
+DIRECT_LOCAL = True
 
 
 class PushExecutable:
@@ -1101,7 +1106,8 @@ def _direct_setup(exe: PushExecutable) -> bool:
             runs = [_runs(exe._fields, i) for i in range(len(plan.sends))]
             if any(r is None for r in runs):
                 runs = None
-            local = _runs(exe._fields, None)  # None: no local part (or past _RUNS_MAX runs: numpy copies it)
+            # None: no local part (or past _RUNS_MAX runs, or DIRECT_LOCAL False: numpy copies it)
+            local = _runs(exe._fields, None) if DIRECT_LOCAL else None
         except Exception:  # noqa: BLE001 -- then this rank cannot: agreed below
             runs = None
     fit, read = _who_copies(runs) if runs is not None else (False, [])
