@@ -278,7 +278,7 @@ def _free_symmetric_memory(ptr):
     if part is None:
         failure = E.InvalidValueError(f"the memory at 0x{int(ptr):x} was not allocated by "
                                       "redist_allocate_symmetric_memory (or was freed already)")
-    heap.free([] if part is None else [(part.ctypes.data, part.nbytes)], failure=failure)  # collective
+    heap.free([] if part is None else [(part.ctypes.data, part.nbytes, None)], failure=failure)  # collective
     del _symmetric[int(ptr)]
     return 0
 

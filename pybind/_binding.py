@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ._operands import Operand, data_pointer, layout_signature, wrap
@@ -18,12 +19,26 @@ from ._state import _PLANNED, _State
 from .engine import collective
 from .engine.errors import InvalidValueError
 
-#: address of element 0, per package (numpy: Redistribute._numpy_pointer, cached)
+#: address of element 0, per package, read anew (numpy's __setstate__ and torch's set_ move an array's data)
 _POINTER = {
+    "numpy": data_pointer,
     "torch": lambda obj: obj.data_ptr(),
     "cupy": lambda obj: obj.data.ptr,
     "raw": lambda obj: obj.ptr,
 }
+
+
+def _weak(out) -> Callable[[], Any]:
+    """A reference to an out= that does not keep it alive where the object allows (a RawArray may not)."""
+    try:
+        return weakref.ref(out)
+    except TypeError:
+        return lambda: out
+
+
+def _holds(ref: Callable[[], Any] | None, out) -> bool:
+    """Whether ``ref`` (an entry of ``Redistribute._outs``) refers to ``out``."""
+    return ref is not None and ref() is out
 
 
 def _template(op: Operand) -> Operand:
@@ -79,12 +94,12 @@ class _Binding:
             return self._result, None
         again = self._again_hit(out)
         if again is not None:
-            if out is not self._outs[0]:  # a time loop's out= again, unchanged since a call took it: bind it
+            if not _holds(self._outs[0], out):  # a time loop's out= again, unchanged since a call took it: bind it
                 try:
                     self._exe.bind_output(again[3])
                 except Exception as e:  # noqa: BLE001 -- agreed on by the call
                     return out, collective.problem(e)
-                self._outs[0] = out
+                self._outs[0] = _weak(out)
             return out, None
         return out, self._bind_out(out, 0)
 
@@ -172,9 +187,10 @@ class _Binding:
                         what = "the operand" if not self._fields else f"field {g}'s operand"
                         return self._out_failed(f"out= overlaps {what} (the exchange would read what it overwrites)",
                                                 field)
-            if out is not self._outs[field] or not checked:  # a new object, or this one changed in place
-                self._exe.bind_output(buf, field)
-                self._outs[field] = out
+            if not _holds(self._outs[field], out) or not checked:  # a new object, or this one changed in place
+                # host: the executable keeps the address only (the caller's object may go between calls)
+                self._exe.bind_output(buf if self._streams else dataclasses.replace(buf, owner=None), field)
+                self._outs[field] = _weak(out)
             if ranges is None and self._state is _State.READY and self._template.package == "numpy":
                 self._again(out, buf)
             return None
@@ -242,6 +258,28 @@ class _Binding:
                 return f"the new operand overlaps this object's own result{where} (the exchange would read what it overwrites)"
         return None
 
+    def _operands_moved(self) -> collective.Problem | None:
+        """Rebind each numpy operand whose data moved since it was bound (``ndarray.__setstate__``
+        replaces an array's buffer in place), as :meth:`reset_operand_unchecked` would, where it
+        still fits the plan; this rank's problem where it does not (shape, dtype or strides changed
+        too). One read of each data pointer (a C call), before the call's agreement. Local."""
+        for f, obj in enumerate(self._objects()):
+            if data_pointer(obj) == self._operand_ptrs[f]:
+                continue
+            try:
+                op = wrap(obj)
+                msg = self._compat_problem(op, f) or self._alias_problem(op)
+                if msg is None:
+                    self._exe.bind_input(op.buffer, f)
+                    self._operand_ptrs[f] = op.ptr
+                    continue
+            except Exception as e:  # noqa: BLE001 -- agreed on by the call
+                return collective.problem(e)
+            where = f"field {f}: " if self._fields else ""
+            return ("InvalidValueError", f"{where}the operand changed in place since it was bound (ndarray."
+                    f"__setstate__): {msg}; pass it to reset_operand() (this rank's input box is {self.input_box})")
+        return None
+
     def _objects(self) -> tuple:
         """The operand objects bound now, one per field."""
         return self._operand_obj if self._fields else (self._operand_obj,)
@@ -254,21 +292,6 @@ class _Binding:
         if not isinstance(field, int) or isinstance(field, bool) or not 0 <= field < self._nfields:
             raise InvalidValueError(f"field must be an int in [0, {self._nfields}), got {field!r}")
         return field
-
-    def _numpy_pointer(self, operand) -> int:
-        """The address of a numpy ``operand``, kept (weakly) for the next rebind to the same object.
-
-        numpy's ``__array_interface__`` costs ~2 us; an array's address never changes while it
-        keeps its shape, which reset_operand_unchecked's contract already requires.
-        """
-        hit = self._ptrs.get(id(operand))
-        if hit is not None and hit[0]() is operand:
-            return hit[1]
-        ptr = operand.__array_interface__["data"][0]
-        if len(self._ptrs) >= 8:
-            self._ptrs.clear()
-        self._ptrs[id(operand)] = (weakref.ref(operand), ptr)
-        return ptr
 
     def _bind(self, ops: list[Operand], fields: list[int]) -> None:
         if self._state in _PLANNED:

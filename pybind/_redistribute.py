@@ -148,7 +148,9 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         self._out_order = rl if isinstance(rl, tuple) else consensus_order(specs)  # a tuple is a true permutation
         self._ctor_stream = ctor_stream
         self._result = None
-        self._outs: list = [None] * len(ops)  # per field: the out= object bound now (None: the engine-owned result)
+        # per field: a weak reference to the out= object bound now (None: the engine-owned result); weak, so that
+        # an out= the caller drops (host symmetric memory freed and dropped) goes while this object lives
+        self._outs: list = [None] * len(ops)
         self._outs_bound = False  # some field has an out= bound (several fields)
         # (id, field) -> (weak reference, layout signature, Buffer, lo, hi) of out= objects checked before
         self._out_checked: dict = {}
@@ -156,7 +158,6 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         # out= objects a call accepted (a time loop's few arrays: taken again without the checks; _again).
         # numpy refuses to resize an array that has weak references, but __setstate__ moves its data: compared.
         self._out_again: dict = {}
-        self._ptrs: dict = {}  # id -> (weak reference, address) of numpy operands rebound before
         # planned on host: where repeated calls run in C (engine/host/compiled.py; None: in Python), and
         # how many calls ran in Python (a replay is offered from the second on: not for one-shot use)
         self._replays = None
@@ -167,7 +168,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         # per field: the bytes it spans around its address, and the address
         self._extents = [byte_extent(o.shape, o.strides, o.itemsize) for o in ops]
         self._operand_ptrs = [o.ptr for o in ops]
-        self._pointer = self._numpy_pointer if op.package == "numpy" else _POINTER[op.package]
+        self._pointer = _POINTER[op.package]
         self._streams = self._backend != "host"  # execute() needs a stream handle
         self._fresh = opts.result == "fresh"
         if self._fresh and fields:
@@ -369,6 +370,8 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
                 self._check_not_freed("execute")
                 raise InvalidStateError("Execution cannot be performed before plan() has been called.")
             problem = ("InvalidStateError", _RELEASED_MSG)
+        elif self._template.package == "numpy":
+            problem = problem or self._operands_moved()
         target, p = self._bind_call(out)
         problem = problem or p
         try:
@@ -526,7 +529,6 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
             self._exe.release_input()
         self._operand_obj = None
         self._operand_ptrs = [None] * self._nfields
-        self._ptrs = {}
         self._state = _State.RELEASED if self._state is _State.READY else _State.NEW_RELEASED
 
     def graph(self, stream: Any = None) -> int:
@@ -580,7 +582,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         self._state = _State.FREED
         self._operand_obj = self._result = None
         self._outs, self._outs_bound = [None] * self._nfields, False
-        self._out_checked, self._ptrs, self._out_again = {}, {}, {}
+        self._out_checked, self._out_again = {}, {}
         self._replays = None  # exe.free() below makes its executable forget them
         if self._serial is not None:
             _runtime._unregister(self._serial)

@@ -30,20 +30,22 @@ class _Replays:
         every rank (:meth:`_resume`)."""
         if self._state is not _State.READY or self._logger.logger.isEnabledFor(logging.DEBUG):
             return None
+        numpy = self._template.package == "numpy"  # its operands' data pointers are compared in C (MOVED)
         if out is None:
             if self._fields:
-                rc = replays.run(self._operand_ptrs, (0,) * self._nfields)
+                rc = replays.run([id(o) for o in self._operand_obj] if numpy else (0,) * self._nfields,
+                                 self._operand_ptrs, (0,) * self._nfields)
             else:
-                rc = replays.run1(self._operand_ptrs[0], 0)
+                rc = replays.run1(id(self._operand_obj) if numpy else 0, self._operand_ptrs[0], 0)
             target = self._result
         elif self._fields or not isinstance(out, np.ndarray):
             return None
         else:  # the out= is matched in C against its record (_offer), data pointer included
-            rc = replays.run_out(self._operand_ptrs[0], out)
+            rc = replays.run_out(id(self._operand_obj) if numpy else 0, self._operand_ptrs[0], out)
             target = out
         if rc == replays.DONE:
             return target
-        if rc == replays.NONE:
+        if rc == replays.NONE or rc == replays.MOVED:  # MOVED: Python rebinds the operand (_operands_moved)
             return None
         if rc == replays.CHANGED:  # reshaped, retyped, made read-only or moved in place: checked again
             self._out_again.pop(id(out), None)

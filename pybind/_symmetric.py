@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._operands import Operand, as_array, package_of
+from ._operands import Operand, _numpy_dtype, as_array, package_of
 from .engine.buffer import Buffer
 from .engine.errors import InvalidTypeError, InvalidValueError, NotInitializedError
 
@@ -37,15 +37,30 @@ def _package_name(package) -> str | None:
     return name if name in _PACKAGES else None
 
 
+def _shape(shape) -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints) as a tuple; refuses what is not an integer (``2.7``
+    would be truncated) and negative extents."""
+    items = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) for s in items):
+        raise InvalidValueError(f"shape must be an int or a sequence of ints, got {shape!r}")
+    shp = tuple(int(s) for s in items)
+    if any(s < 0 for s in shp):
+        raise InvalidValueError(f"shape must be non-negative, got {shp}")
+    return shp
+
+
+def _no_gpu() -> NotInitializedError:
+    return NotInitializedError(
+        "symmetric memory needs redist initialised with a GPU (NVSHMEM); this run is CPU-only "
+        "(see redist.initialize(device_id=...) and the [cuda] extra)")
+
+
 def _cuda_runtime():
     from . import _runtime
 
     rt = _runtime.context().cuda
     if rt is None:
-        raise NotInitializedError(
-            "symmetric memory needs redist initialised with a GPU (NVSHMEM); this run is CPU-only "
-            "(see redist.initialize(device_id=...) and the [cuda] extra)"
-        )
+        raise _no_gpu()
     return rt
 
 
@@ -99,23 +114,30 @@ def allocate_symmetric_memory(
     skip_symmetric_check
         Trust that every process asks for the same size (no collective size check).
     """
-    if _host_package(package):
-        return _allocate_host(shape, dtype, axis_order, make_symmetric, skip_symmetric_check,
-                              logger if logger is not None else logging.getLogger())
-    from .engine.cuda import symmetric
+    from . import _runtime
 
     log = logger if logger is not None else logging.getLogger()
+    ctx = _runtime.context()
+    host = _host_package(package)
+    _same_kind(ctx, host, "allocate_symmetric_memory")
+    if host or ctx.cuda is None:  # CPU-only: a GPU package on some rank fails in the host agreement, on every rank
+        failure = None
+        if not host:
+            failure = (InvalidValueError(f"The package must be one of {(*_PACKAGES, _HOST)}. Got {package}.")
+                       if _package_name(package) is None else _no_gpu())
+        return _allocate_host(shape, dtype, axis_order, make_symmetric, skip_symmetric_check, log, failure)
+    from .engine.cuda import symmetric
+
     rt = _cuda_runtime()
     name = _package_name(package)
     failure, nbytes, shp, st, dt, itemsize = None, 0, (), (), None, 0
     try:
         if name is None:
             raise InvalidValueError(f"The package must be one of {(*_PACKAGES, _HOST)}. Got {package}.")
-        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-        if any(s < 0 for s in shp):
-            raise InvalidValueError(f"shape must be non-negative, got {shp}")
+        shp = _shape(shape)
         if name == "cupy":
             dt = np.dtype("float64" if dtype is None else dtype)
+            _numpy_dtype(dt)  # no pointer dtypes (object, StringDType): what operands refuse
             itemsize = dt.itemsize
         else:
             import torch
@@ -134,33 +156,50 @@ def allocate_symmetric_memory(
     return as_array(Buffer(ptr, shp, st, itemsize, "cuda", rt.device_id), template, owner=rt)
 
 
+def _same_kind(ctx, host: bool, what: str) -> None:
+    """Collective where the run has a GPU (both kinds of symmetric memory exist): every rank's call is
+    about the same kind (host or GPU), which take different collective paths."""
+    if ctx.cuda is None:
+        return
+    from .engine import collective
+
+    kinds = collective.agree(ctx.engine.comm, None, host)
+    if len(set(kinds)) > 1:
+        ranks = ", ".join(str(r) for r, k in enumerate(kinds) if k)
+        raise InvalidValueError(f"{what}: rank(s) {ranks} pass host (numpy) memory, the other ranks GPU memory: "
+                                "every rank passes the same kind")
+
+
 def _host_package(package) -> bool:
     return (package if isinstance(package, str) else getattr(package, "__name__", None)) == _HOST
 
 
 def _allocate_host(shape, dtype, axis_order, make_symmetric: bool, skip_symmetric_check: bool,
-                   log: logging.Logger) -> np.ndarray:
-    """Collective: a numpy array in host symmetric memory (engine/host/symmetric.py)."""
+                   log: logging.Logger, failure: BaseException | None) -> np.ndarray:
+    """Collective: a numpy array in host symmetric memory (engine/host/symmetric.py); ``failure``:
+    this rank's problem met before (a GPU package on a CPU-only run), raised on every rank."""
     from . import _runtime
 
     heap = _runtime.context().engine.host_heap()
-    failure, nbytes, shp, st, dt = None, 0, (), (), np.dtype(np.float64)
+    nbytes, shp, st, dt = 0, (), (), np.dtype(np.float64)
     try:
-        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-        if any(s < 0 for s in shp):
-            raise InvalidValueError(f"shape must be non-negative, got {shp}")
+        if failure is not None:
+            raise failure
+        shp = _shape(shape)
         try:
             dt = np.dtype("float64" if dtype is None else dtype)
         except TypeError as e:
             raise InvalidTypeError(f"dtype must be a numpy dtype for package numpy, got {dtype!r}") from e
+        _numpy_dtype(dt)  # no pointer dtypes (object, StringDType, records with an object field): as operands
         st = _strides(shp, axis_order)
         nbytes = math.prod(shp) * dt.itemsize
     except Exception as e:  # noqa: BLE001 -- raised on every rank by heap.allocate
         failure = e
-    raw = heap.allocate(nbytes, make_symmetric=make_symmetric, skip_symmetric_check=skip_symmetric_check,
-                        failure=failure)
+    strides = tuple(s * dt.itemsize for s in st)
+    array = heap.allocate(nbytes, make_symmetric=make_symmetric, skip_symmetric_check=skip_symmetric_check,
+                          failure=failure, typed=lambda raw: np.ndarray(shp, dtype=dt, buffer=raw, strides=strides))
     log.debug("allocate_symmetric_memory: numpy %s %s in host shared memory (%d bytes)", shp, dt, nbytes)
-    return np.ndarray(shp, dtype=dt, buffer=raw, strides=tuple(s * dt.itemsize for s in st))
+    return array
 
 
 def _free_host(arrays) -> None:
@@ -174,7 +213,7 @@ def _free_host(arrays) -> None:
             failure = InvalidTypeError("free_symmetric_memory: numpy arrays (host symmetric memory) and GPU "
                                        f"arrays cannot be freed in one call, got {type(a).__name__}")
             break
-        starts.append((int(a.ctypes.data), int(a.nbytes)))
+        starts.append((int(a.ctypes.data), int(a.nbytes), a))
     heap.free(starts, failure=failure)
 
 
@@ -186,17 +225,11 @@ def free_symmetric_memory(*arrays) -> None:
     it stays valid for as long as it is referenced.
     """
     from . import _runtime
-    from .engine import collective
     from .engine.cuda import symmetric
 
     ctx = _runtime.context()
     host = not arrays or package_of(arrays[0]) == _HOST
-    if ctx.cuda is not None:  # both kinds exist: every rank frees the same kind (one collective path)
-        kinds = collective.agree(ctx.engine.comm, None, host)
-        if len(set(kinds)) > 1:
-            ranks = ", ".join(str(r) for r, k in enumerate(kinds) if k)
-            raise InvalidValueError(f"free_symmetric_memory: rank(s) {ranks} free host (numpy) arrays, the other "
-                                    "ranks GPU arrays: every rank frees the same arrays")
+    _same_kind(ctx, host, "free_symmetric_memory")
     if host or ctx.cuda is None:
         _free_host(arrays)
         return

@@ -75,8 +75,10 @@ class Replays:
     NONE, DONE, RESUME, FAILED = -1, 0, 1, 2
     #: what :meth:`run_out` also returns: the out= changed in place since its record (which went)
     CHANGED = -2
+    #: what every run returns where a numpy operand's data moved since it was bound (nothing ran)
+    MOVED = -3
 
-    __slots__ = ("serial", "fields", "nfields", "heard", "_ops", "_outs", "_lib", "_ffi", "_watched")
+    __slots__ = ("serial", "fields", "nfields", "heard", "_objects", "_ops", "_outs", "_lib", "_ffi", "_watched")
     serial: int
     fields: int
     nfields: int
@@ -87,6 +89,7 @@ class Replays:
         self._lib, self._ffi = _replay_ext.lib, _replay_ext.ffi
         self.serial, self.fields, self.nfields = serial, int(fields), nfields
         self.heard = self._ffi.new("int32_t[]", nranks + 2)
+        self._objects = self._ffi.new("uintptr_t[]", nfields)
         self._ops = self._ffi.new("uintptr_t[]", nfields)
         self._outs = self._ffi.new("uintptr_t[]", nfields)
         self._watched: dict[int, weakref.ref] = {}  # id(out) -> a weak reference that drops its record
@@ -131,24 +134,27 @@ class Replays:
         """How many out= arrays this object has records of (:meth:`record_out`)."""
         return self._lib.redist_out_count(self.serial)
 
-    def run_out(self, operand: int, out: np.ndarray) -> int:
+    def run_out(self, obj: int, operand: int, out: np.ndarray) -> int:
         """One field into a numpy ``out=``: as :meth:`run1` for the key of its record, where ``out``
         (the caller holds it) still has the type, data pointer, shape, strides, dtype and
         writability recorded with it and was checked against ``operand``; CHANGED where it was
         recorded and is not as recorded now; NONE otherwise."""
-        return self._lib.redist_replay_execute_out(self.serial, operand, id(out), self.heard, len(self.heard))
+        return self._lib.redist_replay_execute_out(self.serial, obj, operand, id(out), self.heard, len(self.heard))
 
-    def run1(self, operand: int, out: int) -> int:
+    def run1(self, obj: int, operand: int, out: int) -> int:
         """One field: the replay of this binding (``out``: its key, 0 for the engine-owned result):
-        NONE, DONE, RESUME (:meth:`what_was_heard`) or FAILED (:meth:`error`)."""
-        return self._lib.redist_replay_execute1(self.serial, operand, out, self.heard, len(self.heard))
+        NONE, DONE, RESUME (:meth:`what_was_heard`), FAILED (:meth:`error`), or MOVED where ``obj``
+        (``id()`` of the numpy operand, the caller holds it; 0: not numpy) has its data elsewhere
+        than ``operand`` now (``ndarray.__setstate__``: nothing ran)."""
+        return self._lib.redist_replay_execute1(self.serial, obj, operand, out, self.heard, len(self.heard))
 
-    def run(self, operands: Sequence[int], outs: Sequence[int]) -> int:
+    def run(self, objs: Sequence[int], operands: Sequence[int], outs: Sequence[int]) -> int:
         """Several fields: as :meth:`run1`."""
+        self._objects[0:self.nfields] = objs
         self._ops[0:self.nfields] = operands
         self._outs[0:self.nfields] = outs
-        return self._lib.redist_replay_execute(self.serial, self.fields, self._ops, self._outs, self.heard,
-                                               len(self.heard))
+        return self._lib.redist_replay_execute(self.serial, self.fields, self.nfields, self._objects, self._ops,
+                                               self._outs, self.heard, len(self.heard))
 
     def what_was_heard(self) -> tuple[int, list[int]]:
         """After RESUME: this rank's code and the codes its peers said."""

@@ -19,9 +19,10 @@ MODULE = "redist.engine.host._replay_ext"
 CDEF = r"""
 int _redist_set_replay(intptr_t, int32_t, int32_t, const uintptr_t *, const uintptr_t *, const int64_t *, int64_t);
 void _redist_drop_replay(intptr_t);
-int redist_replay_execute(intptr_t, int32_t, const uintptr_t *, const uintptr_t *, int32_t *, int32_t);
-int redist_replay_execute1(intptr_t, uintptr_t, uintptr_t, int32_t *, int32_t);
-int redist_replay_execute_out(intptr_t, uintptr_t, uintptr_t, int32_t *, int32_t);
+int redist_replay_execute(intptr_t, int32_t, int32_t, const uintptr_t *, const uintptr_t *, const uintptr_t *,
+                          int32_t *, int32_t);
+int redist_replay_execute1(intptr_t, uintptr_t, uintptr_t, uintptr_t, int32_t *, int32_t);
+int redist_replay_execute_out(intptr_t, uintptr_t, uintptr_t, uintptr_t, int32_t *, int32_t);
 int redist_out_record(intptr_t, uintptr_t, uintptr_t, const uintptr_t *, int32_t);
 void redist_out_forget(intptr_t);
 void redist_out_drop(intptr_t, uintptr_t);

@@ -38,9 +38,22 @@ static __thread char redist_last_error[REDIST_MSG_SIZE];
 
 #include "redist_replay.c"
 
+/* Whether a numpy operand moved since Python bound it: `objects[f]` (0: not a numpy array, not
+   checked) no longer has its data at `operands[f]` (ndarray.__setstate__ replaced its buffer). */
+static int redist_operands_moved(int32_t n, const uintptr_t *objects, const uintptr_t *operands)
+{
+    int32_t f;
+    for (f = 0; f < n; f++)
+        if (objects[f] != 0 && (uintptr_t)PyArray_DATA((PyArrayObject *)objects[f]) != operands[f])
+            return 1;
+    return 0;
+}
+
 /*
- * Run `handle`'s replay for `operands` and `outs` (as many as its fields; outs 0: the engine-owned
- * result). Returns
+ * Run `handle`'s replay for `operands` and `outs` (`nfields` of each; outs 0: the engine-owned
+ * result), where the numpy operand objects `objects` (0: not checked) still have their data there.
+ * Returns
+ *   -3  an operand moved (Python rebinds it and runs the call);
  *   -1  none (the call goes through Python);
  *    0  done;
  *    1  a peer said something else: nothing was written; heard[0] is this rank's code, heard[1] how
@@ -48,11 +61,14 @@ static __thread char redist_last_error[REDIST_MSG_SIZE];
  *    2  an MPI call failed (redist_replay_error() says which): no replay of the handle runs again.
  * `heard` has room for `room` values (at least 2 + the number of peers of the status round).
  */
-static int redist_replay_execute(intptr_t handle, int32_t fields, const uintptr_t *operands, const uintptr_t *outs,
-                                 int32_t *heard, int32_t room)
+static int redist_replay_execute(intptr_t handle, int32_t fields, int32_t nfields, const uintptr_t *objects,
+                                 const uintptr_t *operands, const uintptr_t *outs, int32_t *heard, int32_t room)
 {
-    redist_replay_t *rp = redist_replay_take(handle, fields, operands, outs);
+    redist_replay_t *rp;
     int st;
+    if (redist_operands_moved(nfields, objects, operands))
+        return -3;
+    rp = redist_replay_take(handle, fields, operands, outs);
     if (rp == NULL)
         return -1;
     if (rp->nothers + 2 > room) { /* never: the caller sizes heard for every peer */
@@ -76,10 +92,11 @@ static int redist_replay_execute(intptr_t handle, int32_t fields, const uintptr_
     return 0;
 }
 
-/* One operand and one out= (the common case, without arrays to fill in). */
-static int redist_replay_execute1(intptr_t handle, uintptr_t operand, uintptr_t out, int32_t *heard, int32_t room)
+/* One operand (`object`: the numpy array, or 0) and one out= (the common case, without arrays to fill in). */
+static int redist_replay_execute1(intptr_t handle, uintptr_t object, uintptr_t operand, uintptr_t out, int32_t *heard,
+                                  int32_t room)
 {
-    return redist_replay_execute(handle, 0, &operand, &out, heard, room);
+    return redist_replay_execute(handle, 0, 1, &object, &operand, &out, heard, room);
 }
 
 /*
@@ -235,13 +252,14 @@ static void redist_out_forget(intptr_t handle)
     PyGILState_Release(gil);
 }
 
-/* One operand and a numpy out= (`object`, which the caller holds): as redist_replay_execute1 for
+/* One operand (`operand_object`: as in redist_replay_execute1) and a numpy out= (`object`, which the
+   caller holds): as redist_replay_execute1 for
    the key of its record, where the array is as recorded and was checked against `operand`; -1
    (none: the call goes through Python) otherwise, -2 where its record exists but the array changed
    in place (reshaped, another dtype, read-only, its buffer moved: the record goes, and Python
    checks the array again). */
-static int redist_replay_execute_out(intptr_t handle, uintptr_t operand, uintptr_t object, int32_t *heard,
-                                     int32_t room)
+static int redist_replay_execute_out(intptr_t handle, uintptr_t operand_object, uintptr_t operand, uintptr_t object,
+                                     int32_t *heard, int32_t room)
 {
     uintptr_t key = 0;
     redist_out_owned_t owned; /* not zeroed: owned.n counts what it holds */
@@ -267,7 +285,7 @@ static int redist_replay_execute_out(intptr_t handle, uintptr_t operand, uintptr
     PyGILState_Release(gil);
     if (key == 0)
         return changed ? -2 : -1;
-    return redist_replay_execute(handle, 0, &operand, &key, heard, room);
+    return redist_replay_execute(handle, 0, 1, &operand_object, &operand, &key, heard, room);
 }
 
 /* The data pointer of the numpy array `object` (the caller holds it): what Python's shortcuts for an

@@ -15,11 +15,15 @@ translates that address into its own mapping (:meth:`HostHeap.peer_address`).
 **Lifetimes.** ``free_symmetric_memory`` (collective) makes the arrays ordinary memory: the
 peers drop their mappings, the owner's array stays valid while it is referenced (its memory goes
 back to the system when the last reference is dropped). ``redist.finalize()`` does the same for
-every allocation still live. Ids are never reused.
+every allocation still live. Ids are never reused. A mapping holds no file descriptor (libc's
+``mmap``, the descriptor closed once mapped; Python's ``mmap`` keeps one per mapping, which put a
+site's descriptor limit at a few dozen live allocations).
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import itertools
 import mmap
 import os
@@ -27,6 +31,7 @@ import secrets
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,7 +41,7 @@ from ..errors import InvalidValueError, NotSupportedError
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["RESULT", "SHM_DIR", "HostHeap", "map_file", "shm_path"]
+__all__ = ["RESULT", "SHM_DIR", "HostHeap", "map_array", "map_file", "shm_path"]
 
 SHM_DIR = "/dev/shm"
 #: the kind word of a field whose target is its engine-owned result (push's header; 0: private memory)
@@ -49,21 +54,69 @@ def shm_path() -> str:
     return os.path.join(SHM_DIR, f"redist-{os.getpid()}-{next(_names)}-{secrets.token_hex(4)}")
 
 
+def _open(path: str, nbytes: int, create: bool, what: str) -> int:
+    """A descriptor of ``path`` (created with ``nbytes`` of reserved memory, or an existing one)."""
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+    if create:
+        try:
+            os.posix_fallocate(fd, 0, nbytes)  # reserved now: a full /dev/shm fails here, never as SIGBUS later
+        except OSError as e:
+            os.close(fd)
+            raise NotSupportedError(
+                f"{what} could not reserve {nbytes} bytes of shared memory in {SHM_DIR} ({e}); "
+                "enlarge it (docker: --shm-size) or use host_method='hybrid'") from None
+    return fd
+
+
 def map_file(path: str, nbytes: int, create: bool, what: str = "host method 'push'") -> mmap.mmap:
-    """Map ``path`` (created with ``nbytes`` of reserved memory, or an existing one), close the file."""
-    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-    fd = os.open(path, flags, 0o600)
+    """Map ``path`` (created with ``nbytes`` of reserved memory, or an existing one), close the file
+    (the mmap object keeps a duplicate of its descriptor while it lives)."""
+    fd = _open(path, nbytes, create, what)
     try:
-        if create:
-            try:
-                os.posix_fallocate(fd, 0, nbytes)  # reserved now: a full /dev/shm fails here, never as SIGBUS later
-            except OSError as e:
-                raise NotSupportedError(
-                    f"{what} could not reserve {nbytes} bytes of shared memory in {SHM_DIR} ({e}); "
-                    "enlarge it (docker: --shm-size) or use host_method='hybrid'") from None
         return mmap.mmap(fd, 0 if not create else nbytes)
     finally:
         os.close(fd)
+
+
+class _Mapping:
+    """A shared mapping that holds no file descriptor (Python's mmap keeps one per mapping): unmapped
+    when the last array over it goes (:func:`map_array`)."""
+
+    __slots__ = ("address", "nbytes", "_munmap")
+
+    def __init__(self, address: int, nbytes: int) -> None:
+        self.address, self.nbytes, self._munmap = address, nbytes, _libc().munmap  # held: usable at exit too
+
+    def __del__(self) -> None:
+        self._munmap(self.address, self.nbytes)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def map_array(path: str, nbytes: int, create: bool, what: str) -> np.ndarray:
+    """A uint8 array over a shared mapping of ``path`` (created with ``nbytes`` of reserved memory, or
+    an existing one: all of it), its descriptor closed once mapped: host symmetric memory holds no
+    descriptor per allocation. The mapping goes when the last array over it does."""
+    fd = _open(path, nbytes, create, what)
+    try:
+        size = nbytes if create else os.fstat(fd).st_size
+        libc = _libc()
+        address = libc.mmap(None, max(size, 1), mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            err = ctypes.get_errno()
+            raise NotSupportedError(f"{what} could not map {size} bytes of shared memory ({os.strerror(err)})")
+    finally:
+        os.close(fd)
+    mapped = (ctypes.c_uint8 * size).from_address(address)
+    mapped._mapping = _Mapping(address, max(size, 1))  # what unmaps it, held by the array's base
+    return np.frombuffer(mapped, np.uint8)
 
 
 class Watcher(Protocol):
@@ -82,7 +135,8 @@ class _Allocation:
     bases: list[int]  # per rank: where its part starts in its own address space
     nbytes: int  # what this rank asked for (the array returned)
     peers: dict[int, int] = field(default_factory=dict)  # rank -> where its part starts in mine
-    maps: list[mmap.mmap] = field(default_factory=list)  # kept mapped while the allocation is live
+    maps: list[np.ndarray] = field(default_factory=list)  # the peers' parts, kept mapped while the allocation is live
+    array: weakref.ref | None = None  # the array handed out (free_symmetric_memory takes it, not a view of it)
 
     def __post_init__(self) -> None:
         self.start: int = self.own.ctypes.data
@@ -105,8 +159,10 @@ class HostHeap:
         self._watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()  # told when allocations are freed (heap_freed())
 
     def allocate(self, nbytes: int, *, make_symmetric: bool = False, skip_symmetric_check: bool = False,
-                 failure: BaseException | None = None) -> np.ndarray:
-        """Collective: this rank's part of a new allocation of ``nbytes`` (a uint8 array, zeroed).
+                 failure: BaseException | None = None,
+                 typed: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """Collective: this rank's part of a new allocation of ``nbytes`` (a uint8 array, zeroed), or
+        ``typed(part)`` (the user's array: :meth:`free` then takes that object only, not a view of it).
 
         ``failure``: this rank's problem met before (a bad shape or dtype), raised on every rank.
         Sizes must be equal on every rank unless ``make_symmetric`` (then each rank keeps its own
@@ -135,17 +191,16 @@ class HostHeap:
         try:
             with collective.attempt(comm) as step:
                 path = shm_path()
-                own_map = map_file(path, max(int(nbytes), 1), create=True, what="allocate_symmetric_memory")
-                own = np.frombuffer(own_map, np.uint8)
+                own = map_array(path, max(int(nbytes), 1), create=True, what="allocate_symmetric_memory")
                 step.payload = (path, own.ctypes.data)
             paths = step.gathered
             alloc = _Allocation(next(self._ids), own, [base for _, base in paths], int(nbytes))
             with collective.attempt(comm):
                 for r, (other, _) in enumerate(paths):
                     if r != me and self._node[r]:
-                        m = map_file(other, 0, create=False)
+                        m = map_array(other, 0, create=False, what="allocate_symmetric_memory")
                         alloc.maps.append(m)
-                        alloc.peers[r] = np.frombuffer(m, np.uint8).ctypes.data
+                        alloc.peers[r] = m.ctypes.data
         finally:
             if path is not None:
                 try:
@@ -154,7 +209,11 @@ class HostHeap:
                     pass
         self._live[alloc.ident] = alloc
         self.allocations += 1
-        return own[:nbytes] if nbytes else own[:0]
+        part = own[:nbytes] if nbytes else own[:0]
+        if typed is not None:
+            part = typed(part)
+            alloc.array = weakref.ref(part)
+        return part
 
     def find(self, lo: int, hi: int) -> int:
         """The id of this rank's live allocation holding the bytes ``[lo, hi)`` (0 where none does). Local."""
@@ -172,15 +231,15 @@ class HostHeap:
         start = alloc.peers.get(rank)
         return None if start is None else start + (address - alloc.bases[rank])
 
-    def free(self, arrays: list[tuple[int, int]], failure: BaseException | None = None) -> None:
-        """Collective: free the allocations returned as the arrays ``arrays`` (start address, bytes;
-        the same allocations, in the same order, on every rank); nothing is freed anywhere if any
-        rank is wrong."""
+    def free(self, arrays: list[tuple[int, int, object]], failure: BaseException | None = None) -> None:
+        """Collective: free the allocations returned as the arrays ``arrays`` (start address, bytes, the
+        object passed: the one :meth:`allocate` handed out where it made one, else None; the same
+        allocations, in the same order, on every rank); nothing is freed anywhere if any rank is wrong."""
         idents: list[int] = []
-        starts = [start for start, _ in arrays]
+        starts = [start for start, _, _ in arrays]
         if failure is None:
             try:
-                idents = [self._ident_of(start, nbytes) for start, nbytes in arrays]
+                idents = [self._ident_of(*array) for array in arrays]
                 if len(set(idents)) != len(idents):
                     raise InvalidValueError("the same array is passed twice")
             except InvalidValueError as e:
@@ -208,12 +267,13 @@ class HostHeap:
             holder.heap_freed()
         self._watchers.clear()
 
-    def _ident_of(self, start: int, nbytes: int) -> int:
+    def _ident_of(self, start: int, nbytes: int, obj: object) -> int:
         for alloc in self._live.values():
-            if alloc.start == start and alloc.nbytes == nbytes:
+            if alloc.start == start and alloc.nbytes == nbytes and (alloc.array is None or alloc.array() is obj):
                 return alloc.ident
         if self.find(start, start + 1):  # inside a live one (a freed one's address may be reused)
-            raise InvalidValueError("pass the array returned by allocate_symmetric_memory, not a view into it")
+            raise InvalidValueError("pass the array returned by allocate_symmetric_memory, not a view of it (a part "
+                                    "of it, or all of it: S[:], S.T, S.view(), S.reshape(...))")
         if start in self._freed:
             raise InvalidValueError(f"double free: the symmetric array at 0x{start:x} was already freed by "
                                     "free_symmetric_memory")

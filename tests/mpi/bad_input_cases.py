@@ -1388,9 +1388,6 @@ def push_small_copy_refused_in_a_replay(env):
     (or its own read) is refused inside the replay, and every rank raises the same error (the one the
     Python path raises) after the replay's closing Allreduce. Reversed slabs: the last rank receives
     its whole box from rank 0 in one contiguous block (no local part)."""
-    import ctypes
-    import mmap
-
     from redist.engine.host import compiled
 
     shape = (2 * env.P, 8, 512)  # 64 KiB x-slabs: one stretch each way, above DIRECT_SMALL_MIN, below LANDING_MAX
@@ -1400,22 +1397,32 @@ def push_small_copy_refused_in_a_replay(env):
     r.plan()
     env.check("copied straight into it when laid out like its result" in r.plan_description,
               "not planned with small cross-memory copies (the kernel refused them between the ranks?)")
-    w = big[sl(ob)]
+    replayed = compiled.unavailable_reason() is None
+    out = _replayed_then_read_only(env, r, big[sl(ob)], replayed)
+    try:
+        r.execute(out=out)
+    finally:  # a replay that fails is dropped (the next call runs in Python); one that did not run stays
+        env.check(not replayed or r._replays.count() == 0, "the call that failed was not replayed")
+
+
+def _replayed_then_read_only(env, r, w, replayed):
+    """A page-aligned out= for ``r`` (its result ``w``), taken by three good calls (Python, Python and
+    the offer of its replay, the replay), then read-only on the last rank behind numpy's back
+    (mprotect: numpy still believes it writable, and the C match takes it)."""
+    import ctypes
+    import mmap
+
     pages = mmap.mmap(-1, max(w.nbytes, mmap.PAGESIZE))
-    out = np.frombuffer(pages, np.float64, w.size).reshape(w.shape)  # page-aligned, writable for now
-    for it in range(3):  # Python, Python and the offer of its replay, the replay
+    out = np.frombuffer(pages, np.float64, w.size).reshape(w.shape)  # holds the mapping
+    for it in range(3):
         out[...] = -1.0
         env.check(same_bits(r.execute(out=out), w), f"call {it}: wrong data")
-    replayed = compiled.unavailable_reason() is None
     env.check(not replayed or r._replays is not None and r._replays.count() > 0, "no replay was made")
     if env.is_last():
         libc = ctypes.CDLL(None)
         libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         assert libc.mprotect(ctypes.c_void_p(out.ctypes.data), len(pages), mmap.PROT_READ) == 0
-    try:
-        r.execute(out=out)
-    finally:  # a replay that fails is dropped (the next call runs in Python); one that did not run stays
-        env.check(not replayed or r._replays.count() == 0, "the call that failed was not replayed")
+    return out
 
 
 @case(OK)
@@ -1691,3 +1698,231 @@ def field_given_for_one_array(env):
 def fields_function_form(env):
     ops, gs = fields(env)
     right_fields(env, redist.redistribute(ops, Slab.X, Slab.Y), gs, "redistribute((...))")
+
+
+# --- host symmetric memory, and buffers moved or protected behind redist's back (#49) --------
+
+
+def _replays_on_and_off(env, fn):
+    """``fn(replayed)`` for objects made with compiled replays (where built) and then without
+    (``REDIST_COMPILED_REPLAY=0``); what they raise must be the same; the last error is raised."""
+    import os
+
+    from redist.engine.host import compiled
+
+    got, saved = [], os.environ.get("REDIST_COMPILED_REPLAY")
+    for setting in ("1", "0"):
+        os.environ["REDIST_COMPILED_REPLAY"] = setting
+        try:
+            fn(compiled.available())
+            got.append(None)
+        except errors.RedistError as e:
+            got.append(e)
+        finally:
+            if saved is None:
+                os.environ.pop("REDIST_COMPILED_REPLAY", None)
+            else:
+                os.environ["REDIST_COMPILED_REPLAY"] = saved
+    outcome = [None if e is None else (type(e), str(e)) for e in got]
+    env.check(outcome[0] == outcome[1], f"replays on and off differ: {outcome}")
+    if got[-1] is not None:
+        raise got[-1]
+
+
+@case((errors.NotInitializedError, r"rank {last}: symmetric memory needs redist initialised with a GPU"))
+def symmetric_gpu_package_on_one_rank_last(env):
+    """A CPU-only job where the last rank asks for torch memory and the others for numpy: every rank
+    raises (the last rank used to raise alone, the others waited in the allocation forever)."""
+    redist.allocate_symmetric_memory(4, "torch" if env.is_last() else np)
+
+
+@case((errors.InvalidValueError, r"rank {last}: The package must be one of \('cupy', 'torch', 'numpy'\)\. Got None"))
+def symmetric_package_none_last(env):
+    redist.allocate_symmetric_memory(4, None if env.is_last() else np)
+
+
+@case((errors.InvalidTypeError, r"rank {last}: dtype .* holds Python object pointers"))
+def symmetric_pointer_dtypes_last(env):
+    """object, a record with an object field and StringDType on the last rank: refused as for
+    operands (a pointer means nothing in the peers' mappings), on every rank; the last is raised."""
+    bad = [np.dtype(object), np.dtype([("x", "f8"), ("o", object)]), np.dtypes.StringDType()]
+    for dt in bad[:-1]:
+        _refused(env, lambda dt=dt: redist.allocate_symmetric_memory(4, np, dtype=dt if env.is_last() else None),
+                 errors.InvalidTypeError, "holds Python object pointers", str(dt))
+    redist.allocate_symmetric_memory(4, np, dtype=bad[-1] if env.is_last() else None)
+
+
+@case((errors.InvalidValueError, r"rank {last}: shape must be an int or a sequence of ints, got \(2\.7, 3\)"))
+def symmetric_float_shape_last(env):
+    """A float extent is refused, not truncated (2.7 made 2 rows)."""
+    redist.allocate_symmetric_memory((2.7, 3) if env.is_last() else (2, 3), np)
+
+
+@case((errors.InvalidValueError, r"rank {last}: pass the array returned by allocate_symmetric_memory, not a view of "
+                                 r"it"))
+def symmetric_free_whole_views_last(env):
+    """Views of a whole allocation (S.view(), S.T, S[:]) are refused like views of part of it, on
+    every rank; nothing is freed anywhere (the array itself is freed afterwards)."""
+    s = redist.allocate_symmetric_memory((2, 3), np)
+    for view in (s.view(), s.T):
+        _refused(env, lambda v=view: redist.free_symmetric_memory(v if env.is_last() else s), errors.InvalidValueError,
+                 "not a view of it", "a whole view")
+    try:
+        redist.free_symmetric_memory(s[:] if env.is_last() else s)
+    finally:
+        redist.free_symmetric_memory(s)  # still live on every rank: the refused calls freed nothing
+
+
+@case(OK)
+def symmetric_out_freed_and_dropped_goes(env):
+    """An out= in host symmetric memory, taken by replayed calls, then freed and dropped: the
+    Redistribute keeps no reference to it (its mapping goes at once), and its next calls are right."""
+    from helpers import shm_mapped
+
+    def run(replayed):
+        r, a, g = planned(env, options={"host_method": "push"})
+        before = shm_mapped()
+        s = redist.allocate_symmetric_memory(want(env, g).shape, np, make_symmetric=True)
+        for it in range(4):
+            s[...] = -1.0
+            right(env, r.execute(out=s), g, f"call {it} into symmetric memory")
+        env.check(not replayed or r._replays.count() > 0, "no replay was made")
+        redist.free_symmetric_memory(s)
+        gone = weakref.ref(s)
+        del s
+        gc.collect()
+        env.check(gone() is None, "the Redistribute keeps a freed and dropped out= alive")
+        env.check(shm_mapped() == before, f"the freed out='s mapping is still there ({shm_mapped() - before} B)")
+        right(env, r.execute(), g, "the result after")
+        right(env, r.execute(out=np.full(want(env, g).shape, -1.0)), g, "a private out= after")
+        r.free()
+
+    _replays_on_and_off(env, run)
+
+
+@case(OK)
+def symmetric_many_live_allocations_hold_no_descriptors(env):
+    """200 live host symmetric allocations under a limit of 64 descriptors more than the process
+    holds: each used to hold one per rank of the node, in every rank (31 arrays at P=3 under 128;
+    perf/symmetric_descriptors.py counts 1000)."""
+    import resource
+
+    from helpers import open_fds
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fds = open_fds()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (fds + 64, hard))
+    try:
+        arrays = [redist.allocate_symmetric_memory(3, np) for _ in range(200)]
+        env.check(open_fds() <= fds + 2, f"{open_fds() - fds} descriptors more with 200 live allocations")
+        arrays[-1][...] = env.rank
+        redist.free_symmetric_memory(*arrays)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _movable(a):
+    """``a``'s values in an array whose buffer a kept base holds (numpy's ``__setstate__`` then cannot
+    hand the new buffer the old one's address): (the array, its base)."""
+    base = a.ravel().copy()
+    return base.reshape(a.shape), base
+
+
+def _moved(a, values):
+    """Replace ``a``'s buffer in place (``ndarray.__setstate__``, pickle's hook, the one way numpy
+    moves the data of an array that has weak references): ``values`` at a new address."""
+    c = np.ascontiguousarray(values)
+    a.__setstate__((1, c.shape, c.dtype, False, c.tobytes()))
+
+
+@case(OK)
+def operand_moved_in_place_last(env):
+    """After three calls (the third replayed), the last rank's operand gets a new buffer with new values
+    in place (``a.__setstate__``): execute() with no rebind reads the new buffer (its data pointer is
+    compared at every call, in C where replayed), into the result and into an out=; so does
+    reset_operand_unchecked(a) of the same object after such a move (no address cached); fields too."""
+    def run(replayed):
+        r, a0, g = planned(env, options={"host_method": "push"})
+        out = np.full(want(env, g).shape, -1.0)
+        for scale, how in enumerate(("execute", "out=", "unchecked"), start=2):
+            a, base = _movable(a0 * (scale - 1))
+            r.reset_operand(a)
+            for it in range(3):
+                got = r.execute(out=out) if how == "out=" else r.execute()
+                env.check(same_bits(np.asarray(got), want(env, g) * (scale - 1)), f"{how}, call {it}: wrong data")
+            if env.is_last():
+                _moved(a, a0 * scale)
+                env.check(a.ctypes.data != base.ctypes.data, f"{how}: __setstate__ did not move the buffer")
+            else:
+                a[...] = a0 * scale
+            if how == "unchecked":
+                r.reset_operand_unchecked(a)
+            got = r.execute(out=out) if how == "out=" else r.execute()
+            env.check(same_bits(np.asarray(got), want(env, g) * scale), f"{how}: the old buffer was read")
+        env.check(not replayed or r._replays.count() > 0, "no replay was made")
+        r.free()
+        ops, gs = fields(env)
+        ops = tuple(_movable(o)[0] for o in ops)
+        keep = [o.base for o in ops]
+        rf = Redistribute(ops, Slab.X, Slab.Y, options={"host_method": "push"})
+        rf.plan()
+        for it in range(3):
+            right_fields(env, rf.execute(), gs, f"fields, call {it}")
+        if env.is_last():
+            _moved(ops[1], ops[1] * 3)
+            env.check(ops[1].ctypes.data != keep[1].ctypes.data, "fields: __setstate__ did not move the buffer")
+        else:
+            ops[1][...] *= 3
+        env.check(same_bits(rf.execute()[1], want(env, gs[1]) * 3), "fields: field 1's old buffer was read")
+        rf.free()
+
+    _replays_on_and_off(env, run)
+
+
+@case((errors.InvalidValueError, r"rank {last}: the operand changed in place since it was bound \(ndarray.__setstate__\): "
+                                 r"The new operand's shape \(\(\d+, 6, 4\)\) doesn't match"))
+def operand_reshaped_in_place_last(env):
+    """The last rank's operand gets a buffer of another shape in place after replayed calls: every
+    rank raises, no rank's result changes (it said so before any data moved), and after
+    reset_operand() with a fitting array the calls are right again."""
+    def run(replayed):
+        r, a, g = planned(env, options={"host_method": "push"})
+        for it in range(3):
+            res = r.execute()
+        kept = res.copy()
+        if env.is_last():
+            _moved(a, a[:, :, :4])
+            env.check(a.shape[2] == 4, "__setstate__ did not reshape")
+        try:
+            r.execute()
+        finally:
+            env.check(same_bits(res, kept), "a refused call wrote into the result")
+            r.reset_operand(np.ascontiguousarray(global_values(SHAPE, np.float64)[sl(Slab.X.box(env.rank, SHAPE,
+                                                                                                  nranks=env.P))]))
+            right(env, r.execute(), g, "after reset_operand")
+            r.free()
+
+    _replays_on_and_off(env, run)
+
+
+@case((errors.CommunicationError, r"cross-memory copies into rank\(s\) {last} failed \(Bad address\); their out= may be "
+                                   r"incomplete"))
+def push_direct_out_read_only_with_a_local_part_last(env):
+    """The last rank's out= is mapped read-only behind numpy's back (mprotect) after three good
+    calls (the third replayed), and the rank keeps part of its own data (x-slabs -> y-slabs): its
+    local part goes through the kernel too, which refuses it, and every rank raises the same
+    CommunicationError (it used to die of SIGSEGV in its local copy), replayed or not."""
+    def run(replayed):
+        shape = (4 * env.P, 4 * env.P, 512)  # every rank keeps a local block, every run 4 KiB long
+        big = global_values(shape, np.float64)
+        ib, ob = Slab.X.box(env.rank, shape, nranks=env.P), Slab.Y.box(env.rank, shape, nranks=env.P)
+        with push_route("push-direct"):
+            r = Redistribute(np.ascontiguousarray(big[sl(ib)]), ib, ob, options={"host_method": "push"})
+            r.plan()
+        out = _replayed_then_read_only(env, r, big[sl(ob)], replayed)
+        try:
+            r.execute(out=out)
+        finally:
+            r.free()
+
+    _replays_on_and_off(env, run)

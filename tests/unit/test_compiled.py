@@ -39,8 +39,12 @@ def test_table_refuses_words_it_cannot_run():
 
 def test_no_replay_runs_for_an_unknown_binding():
     replays = compiled.Replays(next(_serials), False, 1, 3)
-    assert replays.run1(0x1000, 0) == replays.NONE
-    assert replays.run([0x1000], [7]) == replays.NONE
+    assert replays.run1(0, 0x1000, 0) == replays.NONE
+    assert replays.run([0], [0x1000], [7]) == replays.NONE
+    a = np.zeros(4)
+    assert replays.run1(id(a), a.ctypes.data, 0) == replays.NONE
+    assert replays.run1(id(a), a.ctypes.data + 8, 0) == replays.MOVED  # its data is elsewhere now: nothing ran
+    assert replays.run([id(a)], [a.ctypes.data + 8], [0]) == replays.MOVED
     replays.forget()  # nothing held: a no-op
     assert replays.count() == 0
 
@@ -57,13 +61,13 @@ def test_out_record_goes_with_its_array():
     # a record names its array by address: it must go before that address can name another object
     replays = compiled.Replays(next(_serials), False, 1, 2)
     out = _recorded(replays)
-    assert replays.run_out(0x1000, out) == replays.NONE  # as recorded: key 7, which has no replay
+    assert replays.run_out(0, 0x1000, out) == replays.NONE  # as recorded: key 7, which has no replay
     del out
     assert replays.recorded() == 0
     out = _recorded(replays)
     replays.forget()
     assert replays.recorded() == 0
-    assert replays.run_out(0x1000, out) == replays.NONE
+    assert replays.run_out(0, 0x1000, out) == replays.NONE
 
 
 def test_out_record_sees_an_array_changed_in_place():
@@ -79,15 +83,15 @@ def test_out_record_sees_an_array_changed_in_place():
         data = out.ctypes.data
         change(out)
         assert name != "moved by __setstate__" or out.ctypes.data != data
-        assert replays.run_out(0x1000, out) == replays.CHANGED, name
+        assert replays.run_out(0, 0x1000, out) == replays.CHANGED, name
         assert replays.recorded() == 0, name  # the record went: Python checks the array again
-        assert replays.run_out(0x1000, out) == replays.NONE, name
+        assert replays.run_out(0, 0x1000, out) == replays.NONE, name
 
 
 def test_out_record_names_its_operands():
     replays = compiled.Replays(next(_serials), False, 1, 2)
     out = _recorded(replays)
-    assert replays.run_out(0x2000, out) == replays.NONE  # checked against another operand only
+    assert replays.run_out(0, 0x2000, out) == replays.NONE  # checked against another operand only
     assert replays.recorded() == 1  # the record stays: the array is as it was
     replays.forget()
 
@@ -113,10 +117,10 @@ def test_out_record_of_a_subclass():
     replays = compiled.Replays(next(_serials), False, 1, 2)
     out = np.zeros((3, 4)).view(Tagged)
     replays.record_out(out, 7, [0x1000])
-    assert replays.run_out(0x1000, out) == replays.NONE  # as recorded
-    assert replays.run_out(0x1000, out.view(np.ndarray)) == replays.NONE  # another object: no record
+    assert replays.run_out(0, 0x1000, out) == replays.NONE  # as recorded
+    assert replays.run_out(0, 0x1000, out.view(np.ndarray)) == replays.NONE  # another object: no record
     out.shape = (4, 3)
-    assert replays.run_out(0x1000, out) == replays.CHANGED
+    assert replays.run_out(0, 0x1000, out) == replays.CHANGED
     del out
     assert replays.recorded() == 0
 
@@ -144,7 +148,7 @@ def test_out_record_owns_its_dtype_and_type():
     out.dtype = np.dtype([("b", "<i8")])  # the array lets go of the first dtype; the record holds it
     retyped = counts(first)
     assert retyped == (before[0],)
-    changed = replays.run_out(0x1000, out)  # as it is now is not as recorded: the record goes with its references
+    changed = replays.run_out(0, 0x1000, out)  # as it is now is not as recorded: the record goes with its references
     after = counts(first, Tagged)
     assert changed == replays.CHANGED
     assert after == (before[0] - 1, before[1])

@@ -42,7 +42,10 @@ One execute, on every rank (:class:`.status.StatusRound`):
      arrivals as above. Where a pair's runs make fewer stretches in the sender's operand than in
      the destination (the kernel pins the remote side's pages per iovec), the destination reads
      them instead, with ``process_vm_readv`` from the operand addresses the sender keeps in its
-     segment, written by every call (decided per pair when planned). Every direct call ends with one small Allreduce,
+     segment, written by every call (decided per pair when planned). A rank whose out= is copied into
+     that way copies its own local part into it with the kernel too (``process_vm_writev`` to itself),
+     so that an out= mapped read-only behind numpy's back is refused (EFAULT) for its own part as for
+     its peers', not a SIGSEGV. Every direct call ends with one small Allreduce,
      which each rank enters after its copies: it tells every rank whether a copy failed, and a
      sender returns (and may change its operand) only once every reader is done. Each element
      moves once and no message carries data;

@@ -39,8 +39,9 @@ class CrossMemoryRoute:
         """Some rank writes into an out=, and every such out= can be copied into: copy straight into
         them (cross-memory attach: stores into the peers, or reads from their operands where the peer's
         side of a pair has the longer stretches) and store into the other peers' results; arrive; the
-        local part; then one Allreduce, entered after my copies: did any fail (every rank raises), and
-        no sender returns before every rank that reads its operand is done."""
+        local part (by the kernel where my out= is copied into by it); then one Allreduce, entered after
+        my copies: did any fail (every rank raises), and no sender returns before every rank that reads
+        its operand is done."""
         MPI, copyto = self._MPI, np.copyto
         local, unpack = self._land_pairs if out else (self._pairs[0], ())
         if code in _DIRECTS:  # the peers store or I read straight into my out=: nothing lands
@@ -63,8 +64,11 @@ class CrossMemoryRoute:
             MPI.Prequest.Startall(mode.arrivals)
         for copy in mode.reads:
             copy.move(self._targets, refused)
-        for d, s in local:
-            copyto(d, s, casting="no")
+        if out and code in _CROSS and self._local_copy is not None:  # my out= is copied into by the kernel: mine too
+            self._local_copy.move(self._in_ptrs, refused)
+        else:
+            for d, s in local:
+                copyto(d, s, casting="no")
         MPI.Request.Waitall(mode.waits)
         for d, s in unpack:  # a private out= that could not be copied into (below LANDING_MAX): my landing
             copyto(d, s, casting="no")
@@ -100,7 +104,9 @@ class CrossMemoryRoute:
         last based for another binding."""
         mode = self._modes.get(code) or self._mode(code, True, None)
         calls, checks = [], []
-        for copy, mine in [(c, self._in_ptrs) for _, c, _, _ in mode.writes] + [(c, self._targets) for c in mode.reads]:
+        mine_too = [] if self._local_copy is None else [(self._local_copy, self._in_ptrs)]
+        for copy, mine in ([(c, self._in_ptrs) for _, c, _, _ in mode.writes] + [(c, self._targets) for c in mode.reads]
+                           + mine_too):
             made = None if copy is None else copy.replayed(mine)
             if made is None:
                 return None
@@ -132,14 +138,15 @@ def _cross_memory():
     return calls
 
 
-def _runs(fields, send: int) -> tuple[np.ndarray, ...] | None:
+def _runs(fields, send: int | None) -> tuple[np.ndarray, ...] | None:
     """(field, source byte offset, destination byte offset, bytes) of every contiguous run of send
-    ``send`` of every field in element order, runs contiguous on both sides merged; None past
-    :data:`_RUNS_MAX` runs. Offsets are from the field's operand and its destination's result."""
+    ``send`` (None: the local part) of every field in element order, runs contiguous on both sides
+    merged; None past :data:`_RUNS_MAX` runs, or where there are none. Offsets are from the field's
+    operand and its destination's result."""
     columns, count = [], 0
     for f, p in enumerate(fields):
         isz = p.itemsize
-        for piece in p.sends[send].pieces:
+        for piece in (p.local.pieces if p.local else ()) if send is None else p.sends[send].pieces:
             c = piece.direct
             shape, ss, ds, run = fused_dims(c.shape, c.src_strides, c.dst_strides)
             count += math.prod(shape)
@@ -150,6 +157,8 @@ def _runs(fields, send: int) -> tuple[np.ndarray, ...] | None:
                             ((c.src_offset + np.asarray(ss) @ index) * isz).astype(np.uint64),
                             ((c.dst_offset + np.asarray(ds) @ index) * isz).astype(np.uint64),
                             np.full(index.shape[1], run * isz, np.uint64)))
+    if not columns:
+        return None
     field, src, dst, length = (np.concatenate(col) for col in zip(*columns))
     starts = np.flatnonzero(_starts(field, src, length) | _starts(field, dst, length))
     return field[starts], src[starts], dst[starts], np.add.reduceat(length, starts)
@@ -190,12 +199,14 @@ def _direct_setup(exe: PushExecutable) -> bool:
     found. Builds ``exe._writes`` and ``exe._reads`` when so."""
     plan, comm = exe._fields[0], exe.comm
     calls = _cross_memory()
-    runs = None
+    runs = local = None
     if calls is not None:
         try:
             runs = [_runs(exe._fields, i) for i in range(len(plan.sends))]
             if any(r is None for r in runs):
                 runs = None
+            # None: no local part (or past _RUNS_MAX runs, or DIRECT_LOCAL False: numpy copies it)
+            local = _runs(exe._fields, None) if tuning.DIRECT_LOCAL else None
         except Exception:  # noqa: BLE001 -- then this rank cannot: agreed below
             runs = None
     fit, read = _who_copies(runs) if runs is not None else (False, [])
@@ -217,8 +228,9 @@ def _direct_setup(exe: PushExecutable) -> bool:
         reads = [None if incoming[t.src] is None else _DirectCopy(incoming[t.src][0], incoming[t.src][2],
                                                                    incoming[t.src][1], incoming[t.src][3])
                  for t in plan.recvs]
+        own = None if local is None else _DirectCopy(*local)
     except Exception:  # noqa: BLE001 -- agreed below
-        writes, reads, works = [], [], False
+        writes, reads, own, works = [], [], None, False
     word = np.array([token], np.uint64)
     mine = (ctypes.c_uint64 * 2)(word.ctypes.data, 8)
     for t, copy in zip(plan.sends, writes):  # into my slot of each destination I store into
@@ -242,7 +254,9 @@ def _direct_setup(exe: PushExecutable) -> bool:
     for copy, t in zip(reads, plan.recvs):
         if copy is not None:
             copy.connect(readv, plan.rank, infos[t.src][0], exe._heads[t.src].operands, read=True)
-    exe._writes, exe._reads = writes, reads
+    if own is not None:  # my local part into my out= (the kernel refuses read-only pages there as in the peers')
+        own.connect(writev, plan.rank, os.getpid(), exe._head.targets)
+    exe._writes, exe._reads, exe._local_copy = writes, reads, own
     return True
 
 

@@ -136,6 +136,9 @@ class PushExecutable(StoreRoute, LandRoute, SharedRoute, CrossMemoryRoute, Messa
         self._targets: list[int] = []  # direct calls: where my every field lands (its out=, or its result)
         self._writes: list[_DirectCopy | None] = []  # per send, when direct: None where the peer reads
         self._reads: list[_DirectCopy | None] = []  # per receive, when direct: None where the peer stores
+        # when direct: my local part into my out= through the kernel too (process_vm_writev to myself), so that an
+        # out= mapped read-only behind numpy's back is refused as the peers' copies are, not a SIGSEGV
+        self._local_copy: _DirectCopy | None = None
         self._modes: dict = {}  # direct calls: (status code, which peers are direct) -> _DirectMode
         self._out_direct = False  # every bound out= can be copied into directly
         # direct calls, reduced by their Allreduce (MAX): the rank a refused copy was to write, plus one, and its errno
@@ -374,7 +377,7 @@ class PushExecutable(StoreRoute, LandRoute, SharedRoute, CrossMemoryRoute, Messa
         self._copies.clear()
         self._landed.clear()
         self._pairs = self._land_pairs = None
-        self._writes, self._reads, self._targets = [], [], []
+        self._writes, self._reads, self._targets, self._local_copy = [], [], [], None
         self._head, self._heads, self._operand_words = None, {}, None
         self._forget_shared()
         self._outs = [None] * self.nfields

@@ -65,7 +65,8 @@ class Replays:
             if mode is not None:
                 hit = self._replays[key] = replay_words(
                     self._MPI, st.first[code], len(st.recvs), st.base, code, mode.first, mode.arrivals,
-                    mode.waits, ((), self._land_pairs[0], ()), self._in_ptrs, True, checks, sets, cross=calls,
+                    mode.waits, ((), self._land_pairs[0] if self._local_copy is None else (), ()), self._in_ptrs, True,
+                    checks, sets, cross=calls,
                     reduce=self.comm)
             elif shared:
                 peers = [pair for _, pairs in seen for pair in pairs]  # type: ignore[union-attr]

@@ -27,3 +27,8 @@ DIRECT_MIN_RUN = 256
 #: who makes a direct copy, decided per pair when an object is planned: None (the default) by the
 #: stretch rule of _who_copies, True every receiver reads, False every sender stores
 DIRECT_READ: bool | None = None
+#: a rank whose out= is copied into across memories copies its own part into it with the kernel too, so an
+#: out= mapped read-only behind numpy's back is refused (one CommunicationError on every rank) instead of
+#: SIGSEGV in its local copy. Read when an object is planned. Costs what the kernel's page pinning costs
+#: (a 1-byte probe per page costs as much: perf/bench_issue49.py); False: numpy copies the local part
+DIRECT_LOCAL = True

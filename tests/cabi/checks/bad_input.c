@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "redist.h"
 
@@ -367,6 +368,41 @@ int main(int argc, char **argv)
         data = good ? "ok" : "wrong";
         redist_free(h);
         RUN(redist_free_symmetric_memory(mem));
+    } else if (strcmp(name, "protected_out_with_a_local_part_last") == 0) {
+        /* rows -> rows shifted by 8 (4 KiB rows): each rank keeps most of its rows and receives 32 KiB from the
+           previous rank, copied across memories; the last rank's out= turns read-only behind redist's back
+           (mprotect): first before any call (the call runs in Python), then after three good calls (replayed) */
+        int64_t q = 16, s = 8, W = 512, ilo[2], ihi[2], xlo[2], xhi[2], rows;
+        double *in;
+        int good = 1;
+        ilo[0] = rank * q, ihi[0] = ilo[0] + q, ilo[1] = xlo[1] = 0, ihi[1] = xhi[1] = W;
+        xlo[0] = rank == 0 ? 0 : rank * q - s, xhi[0] = rank == nranks - 1 ? nranks * q : (rank + 1) * q - s;
+        rows = xhi[0] - xlo[0];
+        in = malloc((size_t)(q * W) * sizeof(double));
+        for (int64_t i = 0; i < q * W; i++)
+            in[i] = (double)(ilo[0] * W + i);
+        size_t bytes = (size_t)(rows * W) * sizeof(double);
+        for (int replayed = 0; replayed < 2; replayed++) {
+            double *o = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            redist_t hh = NULL;
+            void *r = NULL;
+            redist_create(&hh, 2, ilo, ihi, NULL, xlo, xhi, 8, REDIST_ORDER_C, REDIST_MEMORY_HOST, in);
+            redist_plan(hh, NULL);
+            for (int step = 0; replayed && step < 3; step++) {
+                memset(o, 0xff, bytes);
+                good &= redist_execute(hh, NULL, o, &r) == REDIST_SUCCESS && r == o;
+                for (int64_t i = 0; good && i < rows * W; i++)
+                    good = o[i] == (double)(xlo[0] * W + i);
+            }
+            if (last())
+                mprotect(o, bytes, PROT_READ);
+            RUN(redist_execute(hh, NULL, o, &r));
+            good &= st == REDIST_ERROR_COMMUNICATION;
+            redist_free(hh);
+            munmap(o, bytes);
+        }
+        data = good ? "ok" : "wrong";
+        free(in);
     } else if (strcmp(name, "graph_on_host") == 0) {
         void *g = NULL;
         planned(&h);
