@@ -46,7 +46,7 @@ def _median_us(fn, reps: int, rounds: int = 7) -> float:
 
 def copies() -> None:
     from redist.engine.host import compiled
-    from redist.engine.host.push import _cross_memory, _DirectCopy
+    from redist.engine.host.push.cross_memory import _cross_memory, _DirectCopy
 
     writev = _cross_memory()[0]
     print(f"{'local part':>12} {'runs':>6} {'numpy us':>10} {'kernel us':>10} {'ratio':>6}")
@@ -83,7 +83,7 @@ def calls(iters: int) -> None:
     import redist
     from host_timing import interleaved_medians_ms
     from redist import Redistribute, Slab
-    from redist.engine.host import push
+    from redist.engine.host.push import tuning as push  # push's route knobs
 
     redist.initialize()
     comm = redist.get_context().process_group.mpi_comm
