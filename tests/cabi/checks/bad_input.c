@@ -232,13 +232,9 @@ int main(int argc, char **argv)
         int64_t gs[2] = {M, N}, gs_wrong[2] = {M, N + 1};
         if (strcmp(name, "create_ex_version_last") == 0 && last())
             o.version = 99;
-        if (strcmp(name, "create_ex_v2_struct_ok") == 0) { /* a program built against version 2 */
-            o.struct_size = offsetof(redist_options_t, global_shape);
-            o.version = 2;
-        }
-        if (strcmp(name, "create_ex_global_shape_ok") == 0)
-            o.global_shape = gs;
-        if (strcmp(name, "create_ex_global_shape_last") == 0) /* every rank passes it, the last a wrong one */
+        /* every rank passes global_shape, the last a wrong one (a right one, a wrong one on every rank
+           and a version-2 struct: api_checks.c) */
+        if (strcmp(name, "create_ex_global_shape_last") == 0)
             o.global_shape = last() ? gs_wrong : gs;
         if (strcmp(name, "create_ex_v1_struct_ok") == 0) { /* a program built against version 1 */
             o.struct_size = offsetof(redist_options_t, result_ndim);
