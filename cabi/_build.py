@@ -41,6 +41,7 @@ typedef struct redist_options_s {
     int32_t result_ndim;
     int32_t result_order[16];
     int32_t allow_overlap;
+    const int64_t *global_shape;
 } redist_options_t;
 extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
                                           const int64_t *, const int64_t *, const int64_t *, const int64_t *,

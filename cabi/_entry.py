@@ -286,8 +286,25 @@ def _free_symmetric_memory(ptr):
 _TRANSPORTS = ("auto", "push", "put")
 _HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw", "push")
 _SIGNALS = ("epoch", "barrier")  # redist_signal_t order
-_OPTIONS_VERSION = 2
-_V1_SIZE = 8 + 6 * 4  # struct_size, version .. signal: what version 1 of redist_options_t holds
+#: the first field of redist_options_t that each version added (version 1: struct_size .. signal); a new
+#: version appends its fields and a line here
+_ADDED = {2: "result_ndim", 3: "global_shape"}
+_OPTIONS_VERSION = max(_ADDED)
+
+
+def _options_size(version: int) -> int:
+    """sizeof(redist_options_t) in a program built against ``version`` of redist.h."""
+    if version == _OPTIONS_VERSION:
+        return _ffi.sizeof("redist_options_t")
+    align = _ffi.alignof("redist_options_t")
+    return -(-_ffi.offsetof("redist_options_t", _ADDED[version + 1]) // align) * align
+
+
+def _has(ptr, field: str) -> bool:
+    """Whether ``ptr``'s version of the struct has ``field`` (never read past an older struct)."""
+    added = max((v for v, first in _ADDED.items()
+                 if _ffi.offsetof("redist_options_t", first) <= _ffi.offsetof("redist_options_t", field)), default=1)
+    return int(ptr.version) >= added
 
 
 def _options(ptr, order: int) -> dict:
@@ -299,15 +316,13 @@ def _options(ptr, order: int) -> dict:
     if not ptr:
         return {"result_layout": "C"}
     size = int(ptr.struct_size)
-    want = _ffi.sizeof("redist_options_t")
     version = int(ptr.version)
-    if version not in (1, _OPTIONS_VERSION):
-        raise ValueError(f"options->version is {version}; this library knows versions 1 and {_OPTIONS_VERSION} "
+    if not 1 <= version <= _OPTIONS_VERSION:
+        raise ValueError(f"options->version is {version}; this library knows versions 1 to {_OPTIONS_VERSION} "
                          "(initialize the options with redist_options_init())")
-    if size != (want if version == _OPTIONS_VERSION else _V1_SIZE):
+    if size != _options_size(version):
         raise ValueError(f"options->struct_size is {size}, but redist_options_t version {version} has "
-                         f"{want if version == _OPTIONS_VERSION else _V1_SIZE} bytes: initialize the options with "
-                         "redist_options_init()")
+                         f"{_options_size(version)} bytes: initialize the options with redist_options_init()")
     if ptr.order not in (0, 1):
         raise ValueError(f"options->order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {ptr.order}")
     if not 0 <= ptr.transport < len(_TRANSPORTS):
@@ -319,7 +334,7 @@ def _options(ptr, order: int) -> dict:
     if not 0 <= ptr.signal < len(_SIGNALS):
         raise ValueError(f"options->signal must be a redist_signal_t (0..1), got {ptr.signal}")
     layout: str | tuple[int, ...] = "CF"[ptr.order]
-    if version >= 2 and ptr.result_ndim != 0:  # never read past a version-1 struct
+    if _has(ptr, "result_ndim") and ptr.result_ndim != 0:
         n = int(ptr.result_ndim)
         if not 0 < n <= 16:
             raise ValueError(f"options->result_ndim must be 0 or 1..REDIST_MAX_NDIM (16), got {n}"
@@ -328,7 +343,7 @@ def _options(ptr, order: int) -> dict:
         layout = tuple(int(ptr.result_order[i]) for i in range(n))
         if sorted(layout) != list(range(n)):
             raise ValueError(f"options->result_order {list(layout)} is not a permutation of the axes 0..{n - 1}")
-    overlap = int(ptr.allow_overlap) if version >= 2 else 0
+    overlap = int(ptr.allow_overlap) if _has(ptr, "allow_overlap") else 0
     if overlap not in (0, 1):
         raise ValueError(f"options->allow_overlap must be 0 or 1, got {overlap}")
     return {"result_layout": layout, "allow_overlap": bool(overlap), "transport": _TRANSPORTS[ptr.transport],
@@ -353,13 +368,15 @@ def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, 
             why = " (redist_create_fields_f passes -1 when its field arrays differ in size)" if nfields == -1 else ""
             raise ValueError(f"nfields must be in 1..{_MAX_FIELDS}, got {nfields}{why}")
         if not 1 <= ndim <= _MAX_NDIM:
-            why = " (redist_create_f passes -1 when its bound arrays differ in size)" if ndim == -1 else ""
+            why = " (redist_create_f passes -1 when its bound arrays, or global_shape, differ in size)" if ndim == -1 else ""
             raise ValueError(f"ndim must be in 1..{_MAX_NDIM}, got {ndim}{why}")
         lo, hi = _unpack(in_lower, ndim, "in_lower"), _unpack(in_upper, ndim, "in_upper")
         olo, ohi = _unpack(out_lower, ndim, "out_lower"), _unpack(out_upper, ndim, "out_upper")
         strides = _unpack(in_strides, nfields * ndim, "in_strides") if in_strides else None
         sizes = _unpack(element_sizes, nfields, "element_sizes")
         opts = _options(options_p, order)
+        gshape = (_unpack(options_p.global_shape, ndim, "options->global_shape")
+                  if order < 0 and options_p and _has(options_p, "global_shape") and options_p.global_shape else None)
         if memory not in (0, 1):
             raise ValueError(f"memory must be REDIST_MEMORY_HOST (0) or REDIST_MEMORY_DEVICE (1), got {memory}")
         shape = tuple(h - l for l, h in zip(lo, hi))
@@ -392,7 +409,7 @@ def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, 
         for f in range(nfields):
             _same_everywhere([p[3][f] for p in step.gathered], f"field {f}: element_sizes[{f}]")
     # The result is dense in the order the C caller names, whatever the operand strides suggest.
-    r = redist.Redistribute(tuple(ops) if fields else ops[0], (lo, hi), (olo, ohi), options=opts)
+    r = redist.Redistribute(tuple(ops) if fields else ops[0], (lo, hi), (olo, ohi), options=opts, global_shape=gshape)
     r._replayable = False  # its calls are replayed here (_offer_replay), not by the Python API's own table
     try:
         hid = _next_id

@@ -74,7 +74,7 @@ module redist
   ! redist_signal_t
   integer(c_int32_t), parameter, public :: REDIST_SIGNAL_EPOCH = 0          !< device epochs, no NVSHMEM barrier
   integer(c_int32_t), parameter, public :: REDIST_SIGNAL_BARRIER = 1        !< NVSHMEM team barriers
-  integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 2       !< version of redist_options_t
+  integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 3       !< version of redist_options_t
 
   !> Options of redist_create_ex (C: redist_options_t). Set them up with redist_options_init_f,
   !> which fills struct_size and version, then change the fields you need.
@@ -89,6 +89,7 @@ module redist
     integer(c_int32_t) :: result_ndim = 0_c_int32_t   !< 0: dense in `order`; else set by redist_options_result_order_f
     integer(c_int32_t) :: result_order(16) = 0_c_int32_t  !< C's view: 0-based axes, slowest first
     integer(c_int32_t) :: allow_overlap = 0_c_int32_t !< 1: boxes may overlap (allgather, halos, replicas)
+    type(c_ptr) :: global_shape = c_null_ptr          !< set by redist_create_f's global_shape argument
   end type redist_options_t
 
   ! redist_initialize() arguments
@@ -412,9 +413,11 @@ contains
   !> operand: c_loc(array) (c_null_ptr for an empty box). in_strides (optional): element
   !> strides of a non-contiguous operand (a section with ghost cells, say); dense by default.
   !> The result is dense column-major, unless options (optional, from redist_options_init_f:
-  !> transport, host method, blocking, order) say otherwise.
+  !> transport, host method, blocking, order) say otherwise. global_shape (optional): the global
+  !> array's extents, dimension 1 first, checked on every process against the bounding box of
+  !> the input boxes (REDIST_ERROR_INVALID_VALUE on every process when they differ).
   function redist_create_f(handle, in_lbound, in_ubound, out_lbound, out_ubound, element_size, memory, operand, &
-                           in_strides, options) result(status)
+                           in_strides, options, global_shape) result(status)
     type(redist_t), intent(out) :: handle
     integer(c_int64_t), intent(in) :: in_lbound(:)
     integer(c_int64_t), intent(in) :: in_ubound(:)
@@ -425,13 +428,15 @@ contains
     type(c_ptr), intent(in) :: operand
     integer(c_int64_t), intent(in), optional :: in_strides(:)
     type(redist_options_t), intent(in), optional :: options
+    integer(c_int64_t), intent(in), optional :: global_shape(:)
     integer(c_int32_t) :: status
     type(redist_options_t) :: opts
-    integer(c_int64_t), allocatable, target :: lo(:), hi(:), olo(:), ohi(:), st(:)
+    integer(c_int64_t), allocatable, target :: lo(:), hi(:), olo(:), ohi(:), st(:), gs(:)
     type(c_ptr) :: stp
     integer(c_int32_t) :: ndim
 
     call redist_c_arguments(in_lbound, in_ubound, out_lbound, out_ubound, options, ndim, lo, hi, olo, ohi, opts)
+    call redist_global_shape(global_shape, ndim, gs, opts)
     stp = c_null_ptr
     if (present(in_strides)) then
       if (size(in_strides) /= ndim) ndim = -1_c_int32_t
@@ -445,10 +450,11 @@ contains
   !> inclusive bounds, column-major): operands(f) = c_loc of field f (c_null_ptr for an empty
   !> box), element_sizes(f) its bytes per element (field f's the same on every process).
   !> in_strides (optional): (ndim, nfields), column f the element strides of field f; every
-  !> field dense by default. Then redist_execute_fields, redist_reset_operands(_unchecked),
-  !> redist_reset_operand_field_f; the one-array functions refuse the handle.
+  !> field dense by default. global_shape (optional): as redist_create_f's. Then
+  !> redist_execute_fields, redist_reset_operands(_unchecked), redist_reset_operand_field_f; the
+  !> one-array functions refuse the handle.
   function redist_create_fields_f(handle, in_lbound, in_ubound, out_lbound, out_ubound, element_sizes, memory, &
-                                  operands, in_strides, options) result(status)
+                                  operands, in_strides, options, global_shape) result(status)
     type(redist_t), intent(out) :: handle
     integer(c_int64_t), intent(in) :: in_lbound(:)
     integer(c_int64_t), intent(in) :: in_ubound(:)
@@ -459,13 +465,15 @@ contains
     type(c_ptr), intent(in) :: operands(:)
     integer(c_int64_t), intent(in), optional :: in_strides(:,:)
     type(redist_options_t), intent(in), optional :: options
+    integer(c_int64_t), intent(in), optional :: global_shape(:)
     integer(c_int32_t) :: status
     type(redist_options_t) :: opts
-    integer(c_int64_t), allocatable, target :: lo(:), hi(:), olo(:), ohi(:), st(:,:)
+    integer(c_int64_t), allocatable, target :: lo(:), hi(:), olo(:), ohi(:), st(:,:), gs(:)
     type(c_ptr) :: stp
     integer(c_int32_t) :: ndim, nfields
 
     call redist_c_arguments(in_lbound, in_ubound, out_lbound, out_ubound, options, ndim, lo, hi, olo, ohi, opts)
+    call redist_global_shape(global_shape, ndim, gs, opts)
     ! field arrays of different sizes: nfields = -1 fails redist_create_fields on every process
     nfields = int(size(operands), c_int32_t)
     if (size(element_sizes) /= nfields) nfields = -1_c_int32_t
@@ -534,6 +542,20 @@ contains
     ohi = out_ubound
   end subroutine redist_c_arguments
 
+  !> opts%global_shape from the optional global_shape argument (copied into gs, which the caller
+  !> keeps until its C call; ndim = -1 when its size is not ndim, which fails on every process).
+  subroutine redist_global_shape(global_shape, ndim, gs, opts)
+    integer(c_int64_t), intent(in), optional :: global_shape(:)
+    integer(c_int32_t), intent(inout) :: ndim
+    integer(c_int64_t), allocatable, target, intent(inout) :: gs(:)
+    type(redist_options_t), intent(inout) :: opts
+
+    if (.not. present(global_shape)) return
+    if (size(global_shape) /= ndim) ndim = -1_c_int32_t
+    gs = global_shape
+    opts%global_shape = c_loc(gs)
+  end subroutine redist_global_shape
+
   !> Default options (column-major result, as Fortran arrays), with struct_size and version set.
   subroutine redist_options_init_f(options)
     type(redist_options_t), intent(out) :: options
@@ -547,6 +569,7 @@ contains
     options%result_ndim = 0_c_int32_t
     options%result_order = 0_c_int32_t
     options%allow_overlap = 0_c_int32_t
+    options%global_shape = c_null_ptr
   end subroutine redist_options_init_f
 
   !> A permuted result: `axes` lists the array's dimensions (1-based) from fastest- to

@@ -98,8 +98,9 @@ typedef enum redist_signal_e {
 } redist_signal_t;
 
 /** The version of ::redist_options_t this header describes (2 added `result_ndim`/`result_order`
- * and `allow_overlap`; the library still reads version-1 structs). */
-#define REDIST_OPTIONS_VERSION (2)
+ * and `allow_overlap`, 3 `global_shape`; the library still reads the structs of every earlier
+ * version). */
+#define REDIST_OPTIONS_VERSION (3)
 /** Most axes `result_order` can name. */
 #define REDIST_MAX_NDIM (16)
 
@@ -130,13 +131,20 @@ typedef struct redist_options_s {
      *  the lowest rank holding it: allgather, broadcast, gather, halos, replicated input
      *  (RedistributeOptions.allow_overlap). (version 2) */
     int32_t allow_overlap;
+    /** NULL (default): the global shape is the bounding box of the input boxes. Else `ndim`
+     *  extents, in the axis order of the create call's bounds: the global array's shape, checked
+     *  on every process (the same on every process); a mismatch is ::REDIST_ERROR_INVALID_VALUE
+     *  on every process, naming the inferred shape and each process's box. Read during the create
+     *  call only. (version 3) */
+    const int64_t *global_shape;
 } redist_options_t;
 
 /** @brief Default options, with `struct_size` and `version` set (no Python needed). */
 static inline void redist_options_init(redist_options_t *options)
 {
     redist_options_t defaults = {sizeof(redist_options_t), REDIST_OPTIONS_VERSION, REDIST_ORDER_C,
-                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH, 0, {0}, 0};
+                                 REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH, 0, {0}, 0,
+                                 NULL};
     *options = defaults;
 }
 

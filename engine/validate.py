@@ -55,6 +55,7 @@ class RankSpec:
     error: tuple[str, str] | None = None
     nfields: int = 0  # fields in one exchange (a tuple operand); 0: one array
     fields: tuple[tuple[str, str, int, tuple[int, ...]], ...] = ()  # fields 1..: (dtype key, dtype name, itemsize, strides)
+    global_shape: tuple[int, ...] | None = None  # the global_shape= passed (None: inferred), checked on every rank
 
 
 def _differs(specs: Sequence[RankSpec], attr: str, what: str) -> str | None:

@@ -433,8 +433,8 @@ class PencilFFT:
         return out
 
     def release_captured(self) -> None:
-        """The CUDA graphs that captured this plan's exchanges are destroyed (see README, "Capturing a
-        whole time step"): :meth:`free` may then free what their recorded copies used."""
+        """The CUDA graphs that captured this plan's exchanges are destroyed (see docs/capture.md):
+        :meth:`free` may then free what their recorded copies used."""
         for r in self._exchanges:
             r.release_captured()
 

@@ -10,7 +10,7 @@
 # redist_N_PxQ.md (perf/bench_pencils.c's tables with the ratios: redist from C), fortran.txt (the
 # same program's redist lines: redist from Fortran, timed beside 2DECOMP&FFT in one program) and
 # fortran_vs_2decomp.md (their ratios), layout_check.txt, load.txt. Run
-# it from the repository root inside a venv whose mpi4py is built on Open MPI (README, "Using your
+# it from the repository root inside a venv whose mpi4py is built on Open MPI (docs/install.md, "Using your
 # cluster's MPI").
 #
 # MPI wrappers and launcher: Debian's Open MPI names unless MPIFC, MPICC, MPIEXEC say otherwise (the

@@ -5,7 +5,7 @@
 
 float32, complex64 (256³, 512³, and 255 x 257 x 253, whose rows are not 16-byte aligned) and
 complex128 (256³); medians of 3 x 9 repetitions of 20 calls (CUDA events), the permuted result
-checked against the operand. LABEL names the tree in the output (perf/RESULTS.md, "4-byte elements
+checked against the operand. LABEL names the tree in the output (perf/history/issue15.md, "4-byte elements
 in quads", ran it from the root of each tree compared).
 """
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Why redist puts no CUDA user object into the user's graph: the same captured step with and
-without one (perf/RESULTS.md, issue #21).
+without one (perf/history/issue21.md).
 
     mpiexec -n 1 python perf/bench_user_object.py
 

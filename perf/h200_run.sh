@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything we run on the lent 2xH200 machine, in one call (see perf/RESULTS.md for the output).
+# Everything we run on the lent 2xH200 machine, in one call (see perf/history/wave1.md for the output).
 # Usage (device tool, kind nvidia-h200-x2, carry .whl):  bash perf/h200_run.sh [quick]
 set -o pipefail
 python3 -m pip install -q --upgrade --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl . || exit 1

@@ -5,7 +5,7 @@
 
 Each of two ranks reads the other's private numpy array with one ``process_vm_readv`` call (a
 single copy, no shared memory, no MPI transport) and prints the time and whether the data
-arrived. A feasibility probe for push's ``out=`` (perf/RESULTS.md, "Where push's out= lands"):
+arrived. A feasibility probe for push's ``out=`` (perf/history/issue22.md, "Where push's out= lands"):
 it fails with EPERM under Yama ``ptrace_scope`` >= 1 or a seccomp filter that blocks the call.
 """
 

@@ -9,7 +9,7 @@ runs on the remote side (the destination), ``process_vm_readv`` by the receiver 
 remote (the operand), and a numpy store of the same runs into shared memory (push's engine-owned
 route), in calls of at most 1024 iovecs; then both calls with both sides contiguous. Medians of 12
 after 3, barrier before each, the slowest rank. The kernel pins the remote side's pages once per
-remote iovec: perf/RESULTS.md, "Reads by the receiver where the destination's runs are short".
+remote iovec: perf/history/issue22.md, "Reads by the receiver where the destination's runs are short".
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 An N^3 float64 array split along axis 0 (the 1 x P grid's X -> Y pencils of a Fortran code, in C
 order), redistributed to the same boxes: ``execute()`` (engine-owned result), ``execute(out=)``
 (the caller's array) and ``np.copyto`` of the same bytes (the floor), medians of 30 calls after 3,
-barrier before each, the slowest rank. A diagnostic for perf/RESULTS.md's 128^3 local-copy case.
+barrier before each, the slowest rank. A diagnostic for the 128^3 local-copy case of perf/history/issue22.md.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from . import _runtime
 from ._binding import _POINTER, _Binding, _is_fields, _template, _wrap_fields
 from ._distributions import Box, Distribution
 from ._replays import _Replays
-from ._resolve import resolve_boxes
+from ._resolve import normal_global_shape, resolve_boxes
 from ._operands import as_array, wrap
 from ._options import RedistributeOptions, ranked_logger
 from ._state import _HAS_OPERAND, _PLANNED, _RELEASED_MSG, _State
@@ -75,6 +75,12 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
     stream
         CUDA stream for GPU work (cupy/torch/cuda.core stream or a raw ``cudaStream_t`` int);
         ignored on the host backend.
+    global_shape
+        The global array's shape, checked (optional; the same on every process). Without it the
+        global shape is inferred: from the local extents under a :class:`Slab` or
+        :class:`BlockNonCyclic` input distribution, as the input boxes' bounding box for
+        :class:`Box`. A mismatch (every process passing the whole array as its slab, say) raises
+        :class:`InvalidValueError` on every process, naming the inferred shape and each box.
 
     Notes
     -----
@@ -93,7 +99,8 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
     _options_class = RedistributeOptions
 
     def __init__(self, operand: ArrayT, /, input_distribution: DistributionLike, output_distribution: DistributionLike,
-                 *, options: RedistributeOptions | dict[str, Any] | None = None, stream: Any = None) -> None:
+                 *, options: RedistributeOptions | dict[str, Any] | None = None, stream: Any = None,
+                 global_shape: tuple[int, ...] | None = None) -> None:
         self._state = None
         self._exe = None
         self._serial = None
@@ -116,6 +123,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
                 out_dist=_as_distribution(output_distribution, "output"), device=op.device_id,
                 runtime_device=ctx.device_id, nfields=len(ops) if fields else 0,
                 fields=tuple((o.dtype_key, o.dtype_name, o.itemsize, o.strides) for o in ops[1:]),
+                global_shape=normal_global_shape(global_shape),
             )
             ctor_stream = None if stream is None else stream_handle(stream)
         except Exception as e:  # noqa: BLE001 -- any local failure is raised on every rank below
@@ -125,7 +133,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         raise_first(specs, check_operands)
         raise_first(specs, check_fields)
         in_boxes, out_boxes = resolve_boxes([s.in_dist for s in specs], [s.out_dist for s in specs],
-                                            [s.shape for s in specs])
+                                            [s.shape for s in specs], [s.global_shape for s in specs])
         specs = [dataclasses.replace(s, in_box=i, out_box=o) for s, i, o in zip(specs, in_boxes, out_boxes)]
         rl = opts.result_layout
         if isinstance(rl, tuple) and len(rl) != len(op.shape):  # same options and ndim everywhere: same error
@@ -615,13 +623,14 @@ def _fmt_global(boxes) -> str:
 
 def redistribute(operand: ArrayT, /, input_distribution: DistributionLike, output_distribution: DistributionLike, *,
                  sync_symmetric_memory: bool = True, options: RedistributeOptions | dict[str, Any] | None = None,
-                 stream: Any = None) -> ArrayT:
+                 stream: Any = None, global_shape: tuple[int, ...] | None = None) -> ArrayT:
     """Collective: redistribute ``operand`` once (plan + execute + free) and return the result.
 
     The result belongs to the caller. For GPU operands it lives on the symmetric heap: free it
     with :func:`redist.free_symmetric_memory` (collective), as with nvmath-python.
     """
-    with Redistribute(operand, input_distribution, output_distribution, options=options, stream=stream) as r:
+    with Redistribute(operand, input_distribution, output_distribution, options=options, stream=stream,
+                      global_shape=global_shape) as r:
         if r.nfields > 1 and r.memory_space == "cuda":  # the same everywhere (agreed at construction)
             raise NotSupportedError(
                 "redistribute() of several fields on GPUs: their results share one symmetric allocation, which "

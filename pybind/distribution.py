@@ -7,7 +7,7 @@ correct: :class:`Redistribute`, :func:`redistribute` and :class:`RedistributeOpt
 default to ``result="fresh"`` -- every ``execute()`` returns a new array that the caller owns
 (on GPUs a symmetric allocation the caller frees with :func:`redist.free_symmetric_memory`),
 as nvmath-python's do. ``redist.Redistribute`` returns one persistent result instead (faster;
-see the README, "Coming from nvmath-python").
+see docs/nvmath.md, "Coming from nvmath-python").
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ TILE_SHARED_BYTES = 64 * 65 * 8
 #: element sizes whose transposing segments move in 16-byte groups (pairs, quads) at vector width 16
 GROUP_ROWS = (4, 8)
 BLOCK = 256  # threads per block (REDIST_BLOCK)
-ILP = 1  # vectors per thread per chunk (REDIST_ILP; 1 measured best with a full grid, perf/RESULTS.md)
+ILP = 1  # vectors per thread per chunk (REDIST_ILP; 1 measured best with a full grid, perf/history/issue12.md)
 VEC_WIDTHS = (16, 8, 4, 2, 1)
 GRID_PER_SM = 1024  # most blocks per SM in one launch
 #: Largest segment (bytes): unit indices must stay below 2^31 for the magic-number divisions.

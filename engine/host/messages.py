@@ -31,7 +31,7 @@ def align(n: int) -> int:
 
 
 # "hybrid" moves a strided region as an MPI datatype where that measured faster than numpy pack +
-# contiguous send in a whole exchange (perf/RESULTS.md "hybrid thresholds", MPICH 5.0 shared memory,
+# contiguous send in a whole exchange (perf/history/issue10.md "Hybrid thresholds", MPICH 5.0 shared memory,
 # 2 ranks): runs of 512 B or more, on either side, from 4 KiB messages up (a user-level pack sits on
 # the critical path of both ranks: 32 KiB in 16 runs of 2 KiB costs 18.5 us packed, 13 us as a
 # datatype). MPICH's datatype engine pays per run on the sending side, so short runs (64 B: 4x
@@ -103,7 +103,7 @@ class Part:
 
 #: several fields: a field's part of at least this many bytes goes as its own message (in its own
 #: mode: in place, an MPI datatype or packed, whatever it would be alone), the smaller parts are
-#: packed into one message together (perf/RESULTS.md "Fused fields": one packed message of three
+#: packed into one message together (perf/history/issue15.md "Fused fields": one packed message of three
 #: 8 KiB parts costs 0.6-0.7x three messages; at 64 KiB parts, packing them costs 1.4x the
 #: messages, which MPI moves in place).
 FUSE_MAX_BYTES = 32 << 10

@@ -77,10 +77,28 @@ RUNNABLE = [b for b in ALL if b.fragment is None]
 
 
 def test_the_pages_have_runnable_blocks():
-    """The scan sees the README's programs (a broken scan would pass every test below vacuously)."""
+    """The scan sees the README's program and the C and Fortran pages' (a broken scan would pass
+    every test below vacuously)."""
     readme = {b.language for b in RUNNABLE if b.page.name == "README.md"}
-    assert readme == set(LANGUAGES), readme
+    assert readme == {"python"}, readme
+    compiled = {b.language for b in RUNNABLE if b.page.name == "c-fortran.md"}
+    assert compiled == {"c", "fortran"}, compiled
+    assert {b.language for b in RUNNABLE} == set(LANGUAGES)
     assert all(b.fragment for b in ALL if b not in RUNNABLE)
+
+
+def test_the_readme_stays_an_entry_page():
+    """README.md is what a newcomer reads first (issue #48): at most 300 lines, its depth in docs/;
+    it names every docs page it links to, and those pages exist."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300, f"README.md has {len(text.splitlines())} lines (at most 300)"
+    named = set(re.findall(r"`docs/([\w-]+\.md)`", text))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert named and named <= pages, sorted(named - pages)
+    toctree = (ROOT / "docs" / "index.md").read_text()
+    assert all(re.search(rf"^{p[:-3]}$", toctree, re.M) for p in pages - {"index.md"}), (
+        "a page not in the toctree"
+    )
 
 
 def test_readme_has_no_relative_links():

@@ -215,6 +215,51 @@ def slab_axis_beyond_ndim(env):
     Redistribute(a, Slab.X, Slab(3))
 
 
+# --- construction: global_shape= (checked against the global shape the local extents infer) ------
+
+
+@case(OK)
+def global_shape_right_works(env):
+    """global_shape= that matches: Slab distributions (the object) and Box ones (the function form)."""
+    a, g = operand(env)
+    with Redistribute(a, Slab.X, Slab.Y, global_shape=SHAPE) as r:
+        r.plan()
+        right(env, r.execute(), g)
+    boxes = [d.box(env.rank, SHAPE, nranks=env.P) for d in (Slab.X, Slab.Y)]
+    right(env, redist.redistribute(a, *boxes, global_shape=list(SHAPE)), g, "redistribute(global_shape=)")
+
+
+@case((errors.InvalidValueError, r"global_shape=\(8, 6, 5\) was passed, but the inferred global shape is \((\d+), 6, 5\) "
+                                 r"\(inferred from the ranks' local extents under the input distribution Slab.*; "
+                                 r"for global_shape=\(8, 6, 5\), rank {last} would hold \(\d, 6, 5\), not \(8, 6, 5\)\): "
+                                 r"the input boxes are rank 0 Box.*, rank {last} Box\(lower=\(\d+, 0, 0\), upper=\(\1, 6, 5\)\)"))
+def global_shape_whole_array_on_last(env):
+    """The last rank passes the whole array as its slab: the global array would grow by it."""
+    a, g = operand(env)
+    Redistribute(g if env.is_last() else a, Slab.X, Slab.Y, global_shape=SHAPE)
+
+
+@case((errors.InvalidValueError, r"global_shape=\(8, 6, 5\) was passed, but the inferred global shape is \(\d+, \d, 5\).*"
+                                 r"rank 0 would hold \(\d, 6, 5\), not \(8, \d, 5\)\): the input boxes are rank 0 Box"))
+def global_shape_y_slab_as_x(env):
+    """Every rank passes its Y slab as a Slab.X piece (the issue's example): the shapes tile a wrong array."""
+    a, g = operand(env, dist=Slab.Y)
+    Redistribute(a, Slab.X, Slab.Y, global_shape=SHAPE)
+
+
+@case((errors.InvalidValueError, r"global_shape differs between ranks: rank 0 passes \(8, 6, 5\), but rank {last} "
+                                 r"passes None \(None: not passed\); pass the same global_shape on every rank"))
+def global_shape_missing_on_last(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X, Slab.Y, global_shape=None if env.is_last() else SHAPE)
+
+
+@case((errors.InvalidTypeError, r"rank {last}: global_shape must be a sequence of ints, got 8"))
+def global_shape_not_a_sequence_last(env):
+    a, _ = operand(env)
+    Redistribute(a, Slab.X, Slab.Y, global_shape=8 if env.is_last() else SHAPE)
+
+
 # --- construction: dtypes, shapes, packages, layouts -------------------------------------------
 
 

@@ -11,6 +11,7 @@ Every call passes ``nranks=`` so nothing here starts a runtime.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -22,11 +23,12 @@ from redist import (
     ConvertDistributionError,
     Distribution,
     InvalidStateError,
+    InvalidTypeError,
     InvalidValueError,
     ProcessGrid,
     Slab,
 )
-from redist._resolve import resolve_boxes
+from redist._resolve import _held_boxes, normal_global_shape, resolve_boxes
 from redist.engine import geometry as geo
 
 ROW, COL = ProcessGrid.Layout.ROW_MAJOR, ProcessGrid.Layout.COL_MAJOR
@@ -459,6 +461,32 @@ def test_resolve_boxes_infers_global_shape(din, dout, g, nranks):
     assert in_boxes == [din.box(r, g, nranks=nranks).as_tuple() for r in range(nranks)]
     assert out_boxes == [dout.box(r, g, nranks=nranks).as_tuple() for r in range(nranks)]
     assert tiles_exactly(in_boxes, g) and tiles_exactly(out_boxes, g)
+    assert resolve_boxes([din] * nranks, [dout] * nranks, shapes_of(din, g, nranks), [g] * nranks) == (
+        in_boxes, out_boxes)
+    assert _held_boxes(din, shapes_of(din, g, nranks)) == in_boxes  # what a global_shape= mismatch names
+    bigger = tuple(n + 1 for n in g)
+    with pytest.raises(InvalidValueError, match=rf"global_shape={re.escape(str(bigger))} was passed, but the "
+                                                rf"inferred global shape is {re.escape(str(g))}"):
+        resolve_boxes([din] * nranks, [dout] * nranks, shapes_of(din, g, nranks), [bigger] * nranks)
+
+
+def test_resolve_boxes_global_shape_of_box_inputs():
+    ins = [Box((10, 20), (12, 23)), Box((12, 20), (14, 23))]
+    assert resolve_boxes(ins, [Slab.Y] * 2, [(2, 3), (2, 3)], [(4, 3), (4, 3)])[0] == [b.as_tuple() for b in ins]
+    with pytest.raises(InvalidValueError, match=r"global_shape=\(14, 23\) was passed, but the inferred global "
+                                                r"shape is \(4, 3\) \(the bounding box of the input boxes\): the "
+                                                r"input boxes are rank 0 Box\(lower=\(10, 20\), upper=\(12, 23\)\)"):
+        resolve_boxes(ins, [Slab.Y] * 2, [(2, 3), (2, 3)], [(14, 23), (14, 23)])
+    with pytest.raises(InvalidValueError, match=r"global_shape \(4, 3, 1\) has 3 axes but the operands are 2-D"):
+        resolve_boxes(ins, [Slab.Y] * 2, [(2, 3), (2, 3)], [(4, 3, 1), (4, 3, 1)])
+
+
+@pytest.mark.parametrize("value, error", [("ab", InvalidTypeError), (3, InvalidTypeError), ((2.0, 3), InvalidTypeError),
+                                          ((), InvalidValueError), ((4, -1), InvalidValueError)])
+def test_normal_global_shape_refuses(value, error):
+    with pytest.raises(error, match="global_shape must"):
+        normal_global_shape(value)
+    assert normal_global_shape(np.array([4, 3])) == (4, 3) and normal_global_shape(None) is None
 
 
 def test_resolve_boxes_box_input_places_outputs_at_its_origin():

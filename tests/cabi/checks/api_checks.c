@@ -5,6 +5,7 @@
  * pass. Usage: api_checks [EXPECTED_VERSION]
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,6 +288,34 @@ int main(int argc, char **argv)
         EXPECT(redist_execute(hs, NULL, NULL, &res), REDIST_SUCCESS, NULL);
         TRUE(bn == 0 || ((double *)res)[0] == val(0, olo[1], 0.0));
         EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+        /* global_shape (version 3): checked against the bounding box of the input boxes (M x N) */
+        {
+            int64_t gs[2] = {M, N}, wrong[2] = {M + 1, N};
+            redist_options_t gopts;
+            redist_options_init(&gopts);
+            gopts.global_shape = gs;
+            EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &gopts), REDIST_SUCCESS,
+                   NULL);
+            EXPECT(redist_plan(hs, NULL), REDIST_SUCCESS, NULL);
+            EXPECT(redist_execute(hs, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+            TRUE(bn == 0 || ((double *)res)[0] == val(0, olo[1], 0.0));
+            EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+            gopts.global_shape = wrong; /* on every rank: the inferred shape and every box named */
+            EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &gopts),
+                   REDIST_ERROR_INVALID_VALUE, "global_shape=(10, 7) was passed, but the inferred global shape is (9, 7)");
+            if (rank == 0)
+                printf("global_shape {M + 1, N} -> %s\n", redist_get_last_error());
+            snprintf(want, sizeof want, "rank %d Box(lower=(%d, 0)", nranks - 1, M - M / nranks);
+            TRUE(strstr(redist_get_last_error(), want) != NULL);
+            snprintf(want, sizeof want, "rank %d", nranks - 1);
+            /* a program built against version 2 (no global_shape field): read as before */
+            redist_options_init(&gopts);
+            gopts.struct_size = offsetof(redist_options_t, global_shape);
+            gopts.version = 2;
+            EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &gopts), REDIST_SUCCESS,
+                   NULL);
+            EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+        }
         /* a wrong struct_size, or version, or field, on the last rank only: INVALID_VALUE everywhere */
         redist_options_t bad_opts = opts;
         if (rank == nranks - 1)

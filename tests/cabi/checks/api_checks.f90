@@ -77,6 +77,21 @@ program api_checks
   call check_columns(res, "strided operand")
   call expect(redist_free(hs), REDIST_SUCCESS, "", "free strided")
 
+  ! global_shape (dimension 1 first): checked against the bounding box of the input boxes
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), global_shape=[int(m, c_int64_t), int(n, c_int64_t)]), &
+              REDIST_SUCCESS, "", "create_f global_shape")
+  call expect(redist_plan(hs, c_null_ptr), REDIST_SUCCESS, "", "plan global_shape")
+  call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute global_shape")
+  call check_columns(res, "global_shape")
+  call expect(redist_free(hs), REDIST_SUCCESS, "", "free global_shape")
+  call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                              REDIST_MEMORY_HOST, addr(a), global_shape=[int(m, c_int64_t), int(n + 1, c_int64_t)]), &
+              REDIST_ERROR_INVALID_VALUE, "but the inferred global shape is", "create_f wrong global_shape")
+  call expect(redist_create_fields_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], &
+                                     [eight], REDIST_MEMORY_HOST, [addr(a)], global_shape=[int(m, c_int64_t)]), &
+              REDIST_ERROR_INVALID_VALUE, "or global_shape, differ", "create_fields_f global_shape of 1 axis")
+
   ! options: the pack host method through redist_options_t; a wrong struct_size on the last rank
   call redist_options_init_f(opts)
   call truth(opts%version == REDIST_OPTIONS_VERSION .and. opts%order == REDIST_ORDER_F, "options defaults")

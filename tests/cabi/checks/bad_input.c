@@ -230,8 +230,13 @@ int main(int argc, char **argv)
         redist_options_init(&o);
         if (strcmp(name, "create_ex_struct_size_last") == 0 && last())
             o.struct_size -= 4;
+        int64_t gs[2] = {M, N}, gs_wrong[2] = {M, N + 1};
         if (strcmp(name, "create_ex_version_last") == 0 && last())
-            o.version = 3;
+            o.version = 99;
+        /* every rank passes global_shape, the last a wrong one (a right one, a wrong one on every rank
+           and a version-2 struct: api_checks.c) */
+        if (strcmp(name, "create_ex_global_shape_last") == 0)
+            o.global_shape = last() ? gs_wrong : gs;
         if (strcmp(name, "create_ex_v1_struct_ok") == 0) { /* a program built against version 1 */
             o.struct_size = offsetof(redist_options_t, result_ndim);
             o.version = 1;

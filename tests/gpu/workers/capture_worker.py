@@ -9,7 +9,7 @@ replayed many times, bit-exact every 50th; interleaved direct executes; rebind +
 refused cases; free() while the graph holds a copy), ``cupy`` (``Stream.begin_capture`` and a raw
 ``int`` stream captured with the driver API; the legacy stream refused), ``step`` (an x -> y -> z
 -> y -> x pencil round trip of four exchanges in one captured step, fused fields, a permuted
-result, a strided symmetric out=, every transport and signal), ``readme`` (README's example). Failures are reduced across ranks;
+result, a strided symmetric out=, every transport and signal), ``readme`` (docs/capture.md's example). Failures are reduced across ranks;
 rank 0 prints ALL OK. One rank per GPU, or several on one under REDIST_SHARED_GPU=1.
 """
 
@@ -498,19 +498,19 @@ def run_step(fails: Fails):
 
 
 def run_readme(fails: Fails):
-    """The README's "Capturing a whole time step" example, run as written."""
+    """docs/capture.md's example ("Capturing a whole time step"), run as written."""
     import re
 
-    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))), "README.md")
-    text = open(readme).read()
-    section = text[text.index("### Capturing a whole time step"):]
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))), "docs", "capture.md")
+    text = open(page).read()
+    section = text[text.index("# Capturing a whole time step"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     import cupy as cp  # the example initialises redist itself (local rank modulo the GPUs)
 
     cp.cuda.Device(local_device()).use()
     case = Case(fails, "readme")
-    case("capture example", lambda: exec(compile(code, "README.md (capture example)", "exec"), {}))
+    case("capture example", lambda: exec(compile(code, "docs/capture.md (capture example)", "exec"), {}))
 
 
 MODES = {"torch": run_torch, "cupy": run_cupy, "step": run_step, "readme": run_readme}
