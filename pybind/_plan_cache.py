@@ -101,14 +101,14 @@ class PlanCache:
                 if _runtime.is_initialized():
                     entry.free()
 
-    def _gather(self, comm, mine: int, failed: bool) -> np.ndarray:
-        """Collective: every rank's ``(key digest, history digest, failed)`` (one row per rank)."""
-        send = np.array([mine, self._history, failed], np.int64)
+    def _gather(self, comm, mine: int, failed: bool) -> list[list[int]]:
+        """Collective: every rank's ``[key digest, history digest, failed]`` (one row per rank)."""
         if comm.Get_size() == 1:
-            return send.reshape(1, 3)
+            return [[mine, self._history, int(failed)]]
+        send = np.array([mine, self._history, failed], np.int64)
         recv = np.empty((comm.Get_size(), 3), np.int64)
         comm.Allgather(send, recv)
-        return recv
+        return recv.tolist()
 
     def get(self, key: Hashable, build: Callable[[], Any], problem: collective.Problem | None = None) -> Any:
         """Collective: the entry for this rank's ``key`` and every other rank's key; built with
@@ -128,18 +128,17 @@ class PlanCache:
                         self._digests.clear()
                     self._digests[key] = mine
             every = self._gather(comm, mine, problem is not None)
-            if every[:, 2].any():
+            if any(row[2] for row in every):
                 collective.agree(comm, problem)
-            histories = every[:, 1]
-            if np.any(histories != histories[0]):
-                bad = int(np.flatnonzero(histories != histories[0])[0])
+            bad = next((r for r, row in enumerate(every) if row[1] != every[0][1]), None)
+            if bad is not None:
                 raise InvalidStateError(
                     f"{self.name}: rank {bad}'s plan cache has seen other calls than rank 0's (every rank must make "
                     "the same collective calls in the same order, and clear the cache together); this call is refused "
                     "on every rank: call clear_cache() on every rank to start again")
-            everyone = tuple(int(d) for d in every[:, 0])
+            everyone = tuple(row[0] for row in every)
             full = (key, everyone)
-            self._history = digest((int(self._history), everyone))
+            self._history = digest((self._history, everyone))
             entry = self._entries.get(full)
             if entry is not None:
                 self._entries.move_to_end(full)

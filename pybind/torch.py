@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -54,6 +54,7 @@ _SLAB, _BLOCKS, _BOX, _PROBLEM = 0, 1, 2, 3
 _lock = threading.Lock()
 _options: list[RedistributeOptions] = [RedistributeOptions(result_layout="C")]
 _option_ids: dict[str, int] = {_options[0].fingerprint(): 0}
+_fingerprints: list[str] = [_options[0].fingerprint()]  # options id -> its fingerprint
 _problems: dict[int, collective.Problem] = {}  # code -> this rank's problem (the newest _PROBLEMS_KEPT)
 _PROBLEMS_KEPT = 64
 
@@ -81,6 +82,7 @@ def _options_id(options) -> int:
         if fp not in _option_ids:
             _option_ids[fp] = len(_options)
             _options.append(opts)
+            _fingerprints.append(fp)
         return _option_ids[fp]
 
 
@@ -114,11 +116,35 @@ def _decode(code: Sequence[int]) -> Distribution:
     return Box(rest[:n], rest[n:])
 
 
+def _dist_key(dist) -> Hashable:
+    return type(dist), dist, getattr(dist, "_global_shape", None)
+
+
+def _options_key(options) -> Hashable:
+    if options is None:
+        return None
+    if isinstance(options, dict):
+        return tuple(sorted(options.items(), key=lambda kv: str(kv[0])))
+    raise TypeError("not memoised")  # a RedistributeOptions object may change between calls
+
+
+_memo: dict[Hashable, tuple] = {}  # _resolve's results (local; forgotten at finalize)
+_MEMO_KEPT = 256
+
+
 @torch.compiler.assume_constant_result
 def _resolve(input_distribution, output_distribution, global_shape, options, ndim: int) -> tuple:
     """(input code, output code, options id): what the operator takes. Local (no collective), so
     torch.compile may run it while tracing on each rank on its own; a local problem becomes a
     code the call raises on every rank."""
+    try:
+        key = (_dist_key(input_distribution), _dist_key(output_distribution), global_shape, _options_key(options), ndim)
+        hash(key)
+    except TypeError:
+        key = None
+    got = _memo.get(key) if key is not None else None
+    if got is not None:
+        return got
     try:
         ctx = _runtime.context()
         rank, nranks = ctx.process_group.rank, ctx.process_group.nranks
@@ -127,11 +153,18 @@ def _resolve(input_distribution, output_distribution, global_shape, options, ndi
             global_shape = tuple(int(n) for n in global_shape)
             if len(global_shape) != ndim:
                 raise InvalidValueError(f"global_shape {global_shape} has {len(global_shape)} axes but the tensor {ndim}")
-        codes = (_encode(input_distribution, global_shape, rank, nranks),
-                 _encode(output_distribution, global_shape, rank, nranks))
-        return codes[0], codes[1], opt
+        got = (_encode(input_distribution, global_shape, rank, nranks),
+               _encode(output_distribution, global_shape, rank, nranks), opt)
     except Exception as e:  # noqa: BLE001 -- raised on every rank by the call
         return _problem_code(e), (_PROBLEM,), 0
+    if key is not None:
+        if len(_memo) >= _MEMO_KEPT:
+            _memo.clear()
+        _memo[key] = got
+    return got
+
+
+_runtime.add_runtime_hooks(on_finalize=_memo.clear)  # rank and size may differ after the next initialize()
 
 
 def _layout_perm(layout, ndim: int) -> tuple[int, ...]:
@@ -273,7 +306,7 @@ def _redistribute_op(fields: list[torch.Tensor], input_distribution: list[int], 
                      options: int, needs_grad: bool) -> list[torch.Tensor]:
     fields = _unflag(fields)
     opts = _options[options]
-    key = ("forward", tuple(input_distribution), tuple(output_distribution), opts.fingerprint(), needs_grad,
+    key = ("forward", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], needs_grad,
            _field_key(fields))
     problem = _local_problem(input_distribution, output_distribution)
     entry = _cache.get(key, lambda: _Forward(fields, input_distribution, output_distribution, opts, needs_grad),
@@ -299,7 +332,7 @@ def _adjoint_op(grads: list[torch.Tensor], input_distribution: list[int], output
                 options: int, input_shape: list[int]) -> list[torch.Tensor]:
     grads = _unflag(grads)
     opts = _options[options]
-    key = ("adjoint", tuple(input_distribution), tuple(output_distribution), opts.fingerprint(), tuple(input_shape),
+    key = ("adjoint", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], tuple(input_shape),
            _field_key(grads))
     entry = _cache.get(key, lambda: _Backward(grads, input_distribution, output_distribution, opts, input_shape))
     return entry.run(grads)
