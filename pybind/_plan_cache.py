@@ -18,7 +18,8 @@ freeing are collective, so every rank must hit or miss alike, and evict alike:
   holds ``maxsize`` entries; evictions are collective and the same on every rank.
 
 Entries are anything with a collective ``free()`` (a planned :class:`~redist.Redistribute`, or an
-adapter's bundle of them). Every cache is cleared by :func:`redist.finalize` (a runtime hook).
+adapter's bundle of them); an entry whose ``pinned`` attribute is true (recorded into a CUDA graph)
+is never evicted, only cleared. Every cache is cleared by :func:`redist.finalize` (a runtime hook).
 Nothing here imports a framework.
 """
 
@@ -87,9 +88,11 @@ class PlanCache:
         return len(self._entries)
 
     def _evict(self) -> None:
-        while len(self._entries) > self._maxsize:
-            _, old = self._entries.popitem(last=False)
-            old.free()
+        """The least recently used entries go, but *pinned* ones (an entry whose ``pinned`` is true:
+        its exchange was recorded into a CUDA graph that may still replay) stay until :meth:`clear`."""
+        movable = [k for k, e in self._entries.items() if not getattr(e, "pinned", False)]
+        for key in movable[: max(0, len(self._entries) - self._maxsize)]:
+            self._entries.pop(key).free()
 
     def clear(self) -> None:
         """Collective: free every entry (least recently used first) and start a new history."""

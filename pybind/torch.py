@@ -214,11 +214,13 @@ class _Forward:
             raise
         self.shape = self.r.output_box.box_shape
         self.gpu = self.r.memory_space == "cuda"
+        self.pinned = False  # recorded into a CUDA graph (torch.compile mode="reduce-overhead"): never evicted
 
     def run(self, fields: list[torch.Tensor]) -> list[torch.Tensor]:
         r = self.r
         r.reset_operand_unchecked(tuple(fields) if self.fields else fields[0])
         if self.gpu:  # until GPU out= in device memory (#44): the engine-owned result, copied (one extra pass)
+            self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
             res = r.execute()
             res = list(res) if self.fields else [res]
             return [x.clone(memory_format=torch.preserve_format) for x in res]
@@ -242,6 +244,7 @@ class _Backward:
         self.plan = adjoint(in_boxes, out_boxes)
         self.rank, self.in_shape = rank, tuple(in_shape)
         self.fields = len(grads) > 1
+        self.pinned = False  # as _Forward's
         round_opts = dataclasses.replace(opts, result_layout="C", allow_overlap=opts.allow_overlap or self.plan.overlap)
         self.rounds: list[Redistribute] = []
         try:
@@ -270,6 +273,7 @@ class _Backward:
             box = rnd.out_boxes[rank]
             outs = [torch.empty(geo.box_shape(box), dtype=g.dtype, device=g.device) for g in grads]
             if r.memory_space == "cuda":  # until GPU out= in device memory (#44): the engine-owned result
+                self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
                 res = r.execute()
                 res = list(res) if self.fields else [res]
                 outs = [x.clone() for x in res]
