@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune nvmath permuted sizes fields
-#                                        bench-capture contract examples host pencils out-ab
+#                                        bench-capture contract examples host pencils out-ab torch
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -151,6 +151,11 @@ for s in "$@"; do
           > "$OUT/pencils_${tag}_${m}_${n}_${prow}x$pcol.md" 2>&1 || echo "rc=$? $tag $m $n $g" | tee -a "$OUT/steps.txt"
       done; done; done
     done ;;
+  torch)
+    step "redist.torch (#45): GPU tests P=1 (and P=2 on two GPUs), 2 ranks sharing a GPU, the reduce-overhead bench P=1"
+    timeout ${TORCH_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch.py -k "not shared" 2>&1 | tee "$OUT/pytest_torch_gpu.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout ${TORCH_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_torch_gpu.txt" | tail -8
+    timeout 300 $MPI -n 1 python3 perf/bench_torch_gpu.py --n 64 128 256 --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | tail -6 ;;
   *) echo "unknown step $s" ;;
   esac
 done

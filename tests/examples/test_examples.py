@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from helpers import TESTS
+from helpers import NO_TORCH, TESTS, have_torch
 
 from redist._launch import find_mpiexec, run_mpi
 
@@ -24,7 +24,14 @@ RUNS = {
     "time_loop.py": (["--shape", "11", "9", "7", "--steps", "3"], "max error"),
     "halo_exchange.py": (["--shape", "13", "9", "--iterations", "6"], "max error"),
     "several_fields.py": (["--shape", "9", "7", "5", "--steps", "3"], "0 wrong results"),
+    "fno_layer.py": (
+        ["--shape", "9", "7", "5", "--steps", "3", "--backend", "aot_eager"],
+        "max relative difference",
+    ),
 }
+
+#: examples that need PyTorch (skipped without it)
+NEEDS_TORCH = {"fno_layer.py"}
 
 
 #: examples with a test module of their own
@@ -40,6 +47,8 @@ def test_every_example_is_run():
 def test_example(script, nprocs):
     if find_mpiexec() is None:
         pytest.skip("mpiexec not found")
+    if script in NEEDS_TORCH and not have_torch():
+        pytest.skip(NO_TORCH)
     args, expect = RUNS[script]
     res = run_mpi(nprocs, [sys.executable, str(EXAMPLES / script), *args], timeout=120)
     assert res.returncode == 0, res.stdout[-4000:]

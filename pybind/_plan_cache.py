@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The collective plan cache of the framework adapters (``redist.torch``, ``redist.jax``).
+
+A framework call ``redistribute(x, input_distribution, output_distribution)`` has no object to
+plan once: the adapter keeps the planned objects in a :class:`PlanCache`, a bounded LRU keyed by
+what makes a plan (this rank's shape, strides, dtype, device, boxes, options). Planning and
+freeing are collective, so every rank must hit or miss alike, and evict alike:
+
+* each lookup gathers one 64-bit digest of every rank's key, and a digest of the cache's history
+  (one ``Allgather`` of two integers per rank). The entry's key is this rank's key *and* every
+  rank's digest, so a change on one rank only (its box, its dtype) is a miss on every rank, and
+  the new object's (collective) validation says what is wrong, the same on every rank;
+* the history digest is the same on every rank as long as every rank has looked up the same
+  keys in the same order since the last collective :meth:`PlanCache.clear`; where it differs
+  (a rank that cleared alone, a call made on some ranks only that raised there), every rank
+  raises the same :class:`~redist.InvalidStateError` before anything collective runs;
+* a miss builds the entry (collective) and evicts the least recently used one when the cache
+  holds ``maxsize`` entries; evictions are collective and the same on every rank.
+
+Entries are anything with a collective ``free()`` (a planned :class:`~redist.Redistribute`, or an
+adapter's bundle of them); an entry whose ``pinned`` attribute is true (recorded into a CUDA graph)
+is never evicted, only cleared. Every cache is cleared by :func:`redist.finalize` (a runtime hook).
+Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+from . import _runtime
+from .engine import collective
+from .engine.errors import InvalidStateError, InvalidValueError
+
+__all__ = ["DEFAULT_MAXSIZE", "PlanCache", "digest"]
+
+#: entries a cache holds by default (each a planned object: its plan, its engine-owned buffers)
+DEFAULT_MAXSIZE = 32
+
+
+def digest(key: Hashable) -> int:
+    """A 63-bit digest of ``key`` that is the same in every process (``hash()`` of a string is not):
+    ``key`` must be made of ints, strings, bools, None and tuples of them."""
+    raw = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    return int.from_bytes(raw, "little") >> 1
+
+
+class PlanCache:
+    """Collective, bounded LRU of planned objects (see the module docstring).
+
+    ``name`` appears in errors (``"redist.torch"``). Calls into one cache must be made in the same
+    order on every rank; a cache may be used from one thread at a time (a lock serialises them).
+    """
+
+    def __init__(self, name: str, maxsize: int = DEFAULT_MAXSIZE) -> None:
+        self.name = name
+        self._maxsize = self._checked_size(maxsize)
+        self._entries: OrderedDict[Hashable, Any] = OrderedDict()
+        self._history = 0  # the digest of every lookup since the last clear (equal on every rank)
+        self._digests: dict[Hashable, int] = {}  # local key -> digest (bounded with the entries)
+        self._lock = threading.RLock()
+        self.hits = self.misses = 0
+        _runtime.add_runtime_hooks(on_finalize=self.clear)
+
+    @staticmethod
+    def _checked_size(maxsize: int) -> int:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise InvalidValueError(f"a plan cache's maxsize must be an integer >= 1, got {maxsize!r}")
+        return maxsize
+
+    @property
+    def maxsize(self) -> int:
+        """How many planned objects the cache holds at most."""
+        return self._maxsize
+
+    def resize(self, maxsize: int) -> None:
+        """Collective: hold at most ``maxsize`` entries from now on (the least recently used go)."""
+        with self._lock:
+            self._maxsize = self._checked_size(maxsize)
+            self._evict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _evict(self) -> None:
+        """The least recently used entries go, but *pinned* ones (an entry whose ``pinned`` is true:
+        its exchange was recorded into a CUDA graph that may still replay) stay until :meth:`clear`."""
+        movable = [k for k, e in self._entries.items() if not getattr(e, "pinned", False)]
+        for key in movable[: max(0, len(self._entries) - self._maxsize)]:
+            self._entries.pop(key).free()
+
+    def clear(self) -> None:
+        """Collective: free every entry (least recently used first) and start a new history."""
+        with self._lock:
+            entries, self._entries = self._entries, OrderedDict()
+            self._digests.clear()
+            self._history = 0
+            for entry in entries.values():
+                if _runtime.is_initialized():
+                    entry.free()
+
+    def _gather(self, comm, mine: int, failed: bool) -> list[list[int]]:
+        """Collective: every rank's ``[key digest, history digest, failed]`` (one row per rank)."""
+        if comm.Get_size() == 1:
+            return [[mine, self._history, int(failed)]]
+        send = np.array([mine, self._history, failed], np.int64)
+        recv = np.empty((comm.Get_size(), 3), np.int64)
+        comm.Allgather(send, recv)
+        return recv.tolist()
+
+    def get(self, key: Hashable, build: Callable[[], Any], problem: collective.Problem | None = None) -> Any:
+        """Collective: the entry for this rank's ``key`` and every other rank's key; built with
+        ``build()`` (collective) on a miss, which is a miss on every rank.
+
+        ``problem`` (see :func:`redist.engine.collective.problem`): what this rank found wrong with
+        its call before the lookup; the first rank's problem is raised on every rank, the cache
+        untouched."""
+        with self._lock:
+            comm = _runtime.context().engine.comm
+            mine = 0
+            if problem is None:
+                mine = self._digests.get(key)
+                if mine is None:
+                    mine = digest(key)
+                    if len(self._digests) > 4 * self._maxsize:
+                        self._digests.clear()
+                    self._digests[key] = mine
+            every = self._gather(comm, mine, problem is not None)
+            if any(row[2] for row in every):
+                collective.agree(comm, problem)
+            bad = next((r for r, row in enumerate(every) if row[1] != every[0][1]), None)
+            if bad is not None:
+                raise InvalidStateError(
+                    f"{self.name}: rank {bad}'s plan cache has seen other calls than rank 0's (every rank must make "
+                    "the same collective calls in the same order, and clear the cache together); this call is refused "
+                    "on every rank: call clear_cache() on every rank to start again")
+            everyone = tuple(row[0] for row in every)
+            full = (key, everyone)
+            self._history = digest((self._history, everyone))
+            entry = self._entries.get(full)
+            if entry is not None:
+                self._entries.move_to_end(full)
+                self.hits += 1
+                return entry
+            self.misses += 1
+            entry = build()
+            self._entries[full] = entry
+            self._evict()
+            return entry

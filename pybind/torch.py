@@ -1,0 +1,437 @@
+# SPDX-License-Identifier: Apache-2.0
+"""redist.torch: a differentiable, compilable redistribution of torch tensors.
+
+>>> import torch, redist, redist.torch
+>>> rank = redist.get_context().process_group.rank
+>>> x = torch.rand(redist.Slab.X.shape(rank, (8, 8)), dtype=torch.float64, requires_grad=True)
+>>> y = redist.torch.redistribute(x, redist.Slab.X, redist.Slab.Y, global_shape=(8, 8))
+>>> y.sum().backward()       # collective too: the adjoint redistribution
+
+:func:`redistribute` is the custom operator ``torch.ops.redist.redistribute``
+(``torch.library.custom_op``) with a fake implementation, so ``torch.compile(fullgraph=True)``
+traces a step containing it without a graph break, and with autograd: the backward is the
+adjoint redistribution (:mod:`redist._adjoint`). Its planned objects live in a collective, bounded
+plan cache (:mod:`redist._plan_cache`, :data:`CACHE_SIZE` entries by default).
+
+Every call is collective: every rank calls it, in the same order, with its own tensor, and every
+rank backpropagates through it (an output unused by one rank's loss would leave its peers
+waiting in the backward: use it, e.g. ``loss + 0 * y.sum()``). Inside a compiled region that
+holds for the whole region: a region entered on some ranks only hangs the others, as any
+collective does. Importing ``redist`` does not import torch; importing ``redist.torch`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import torch
+
+from . import _runtime
+from ._adjoint import adjoint, local_region
+from ._blocks import BlockNonCyclic, ProcessGrid
+from ._distributions import Box, Distribution, Slab
+from ._options import RedistributeOptions
+from ._plan_cache import DEFAULT_MAXSIZE, PlanCache
+from ._redistribute import Redistribute
+from ._resolve import resolve_boxes
+from .engine import collective
+from .engine import geometry as geo
+from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+
+__all__ = ["CACHE_SIZE", "cache_info", "clear_cache", "redistribute", "set_cache_size"]
+
+#: planned objects the cache keeps by default (least recently used freed first)
+CACHE_SIZE = DEFAULT_MAXSIZE
+
+_cache = PlanCache("redist.torch", CACHE_SIZE)
+
+# What the operator's schema cannot carry travels as small integers into these per-process tables
+# (filled in call order: the same on every rank for the same program, and looked up locally only).
+_SLAB, _BLOCKS, _BOX, _PROBLEM = 0, 1, 2, 3
+_lock = threading.Lock()
+_options: list[RedistributeOptions] = [RedistributeOptions(result_layout="C")]
+_option_ids: dict[str, int] = {_options[0].fingerprint(): 0}
+_fingerprints: list[str] = [_options[0].fingerprint()]  # options id -> its fingerprint
+_problems: dict[int, collective.Problem] = {}  # code -> this rank's problem (the newest _PROBLEMS_KEPT)
+_PROBLEMS_KEPT = 64
+
+
+def _problem_code(exc: BaseException) -> tuple[int, ...]:
+    """A distribution code standing for this rank's local problem (raised on every rank by the call)."""
+    with _lock:
+        code = max(_problems, default=-1) + 1
+        _problems[code] = collective.problem(exc)
+        for old in [c for c in _problems if c <= code - _PROBLEMS_KEPT]:
+            del _problems[old]
+        return (_PROBLEM, code)
+
+
+def _options_id(options) -> int:
+    opts = RedistributeOptions.coerce(options)
+    if opts.result_layout == "auto":  # the fake implementation cannot see the other ranks' layouts: C
+        opts.result_layout = "C"
+    if opts.result != "persistent":
+        raise NotSupportedError(
+            f'redist.torch: options result={opts.result!r}: the adapter writes a fresh tensor per call itself; leave '
+            'result at its default')
+    with _lock:
+        fp = opts.fingerprint()
+        if fp not in _option_ids:
+            _option_ids[fp] = len(_options)
+            _options.append(opts)
+            _fingerprints.append(fp)
+        return _option_ids[fp]
+
+
+def _encode(dist, global_shape, rank: int, nranks: int) -> tuple[int, ...]:
+    """A distribution as ints: this rank's box where it is known without asking the other ranks,
+    else the distribution itself (resolved collectively by the call)."""
+    if isinstance(dist, tuple) and len(dist) == 2:
+        dist = Box(*dist)
+    if isinstance(dist, Box):
+        return (_BOX, *dist.lower, *dist.upper)
+    if not isinstance(dist, (Slab, BlockNonCyclic)):
+        raise InvalidTypeError(
+            f"redist.torch: distributions must be Slab, BlockNonCyclic or Box (or a (lower, upper) pair), got "
+            f"{type(dist).__name__}")
+    g = global_shape if global_shape is not None else dist._global_shape
+    if g is not None:
+        box = dist.box(rank, tuple(g), nranks=nranks)
+        return (_BOX, *box.lower, *box.upper)
+    if isinstance(dist, Slab):
+        return (_SLAB, dist.partition_dim)
+    return (_BLOCKS, *dist.process_grid.shape)
+
+
+def _decode(code: Sequence[int]) -> Distribution:
+    kind, rest = code[0], tuple(code[1:])
+    if kind == _SLAB:
+        return Slab(rest[0])
+    if kind == _BLOCKS:
+        return BlockNonCyclic(ProcessGrid(rest))
+    n = len(rest) // 2
+    return Box(rest[:n], rest[n:])
+
+
+def _dist_key(dist) -> Hashable:
+    return type(dist), dist, getattr(dist, "_global_shape", None)
+
+
+def _options_key(options) -> Hashable:
+    if options is None:
+        return None
+    if isinstance(options, dict):
+        return tuple(sorted(options.items(), key=lambda kv: str(kv[0])))
+    raise TypeError("not memoised")  # a RedistributeOptions object may change between calls
+
+
+_memo: dict[Hashable, tuple] = {}  # _resolve's results (local; forgotten at finalize)
+_MEMO_KEPT = 256
+
+
+@torch.compiler.assume_constant_result
+def _resolve(input_distribution, output_distribution, global_shape, options, ndim: int) -> tuple:
+    """(input code, output code, options id): what the operator takes. Local (no collective), so
+    torch.compile may run it while tracing on each rank on its own; a local problem becomes a
+    code the call raises on every rank."""
+    try:
+        key = (_dist_key(input_distribution), _dist_key(output_distribution), global_shape, _options_key(options), ndim)
+        hash(key)
+    except TypeError:
+        key = None
+    got = _memo.get(key) if key is not None else None
+    if got is not None:
+        return got
+    try:
+        ctx = _runtime.context()
+        rank, nranks = ctx.process_group.rank, ctx.process_group.nranks
+        opt = _options_id(options)
+        if global_shape is not None:
+            global_shape = tuple(int(n) for n in global_shape)
+            if len(global_shape) != ndim:
+                raise InvalidValueError(f"global_shape {global_shape} has {len(global_shape)} axes but the tensor {ndim}")
+        got = (_encode(input_distribution, global_shape, rank, nranks),
+               _encode(output_distribution, global_shape, rank, nranks), opt)
+    except Exception as e:  # noqa: BLE001 -- raised on every rank by the call
+        return _problem_code(e), (_PROBLEM,), 0
+    if key is not None:
+        if len(_memo) >= _MEMO_KEPT:
+            _memo.clear()
+        _memo[key] = got
+    return got
+
+
+_runtime.add_runtime_hooks(on_finalize=_memo.clear)  # rank and size may differ after the next initialize()
+
+
+def _layout_perm(layout, ndim: int) -> tuple[int, ...]:
+    return geo.axis_order(layout, ndim)
+
+
+def _empty_like_layout(shape: Sequence[int], layout, dtype, device) -> torch.Tensor:
+    """A fresh tensor of ``shape`` whose memory runs in ``layout`` ("C", "F" or axes slowest first)."""
+    perm = _layout_perm(layout, len(shape))
+    dense = torch.empty([shape[a] for a in perm], dtype=dtype, device=device)
+    inverse = sorted(range(len(perm)), key=perm.__getitem__)
+    return dense.permute(inverse)
+
+
+def _box_shape(code: Sequence[int]) -> tuple[int, ...]:
+    n = (len(code) - 1) // 2
+    return tuple(max(0, h - lo) for lo, h in zip(code[1 : 1 + n], code[1 + n :]))
+
+
+def _local_problem(in_code, out_code) -> collective.Problem | None:
+    """This rank's problem found while resolving its call (None: none)."""
+    for code in (in_code, out_code):
+        if code[0] == _PROBLEM and len(code) > 1:
+            return _problems.get(code[1], ("InvalidValueError", "redist.torch.redistribute: bad arguments"))
+    return None
+
+
+class _Forward:
+    """A planned forward redistribution (one entry of the cache)."""
+
+    def __init__(self, fields: list[torch.Tensor], in_code, out_code, opts: RedistributeOptions, needs_grad: bool):
+        comm = _runtime.context().engine.comm
+        flags = collective.agree(comm, None, needs_grad)
+        if any(f != flags[0] for f in flags):
+            r = next(i for i, f in enumerate(flags) if f != flags[0])
+            raise InvalidValueError(
+                f"redist.torch.redistribute: rank {r} needs the gradient of its input (requires_grad and grad mode) "
+                f"{'and' if flags[r] else 'but'} rank 0 {'does not' if flags[r] else 'does'}: the backward is "
+                "collective, so every rank must record it or none")
+        self.fields = len(fields) > 1
+        operand = tuple(fields) if self.fields else fields[0]
+        self.r = Redistribute(operand, _decode(in_code), _decode(out_code), options=opts)
+        try:
+            self.r.plan()
+        except BaseException:
+            self.r.free()
+            raise
+        self.shape = self.r.output_box.box_shape
+        self.gpu = self.r.memory_space == "cuda"
+        self.pinned = False  # recorded into a CUDA graph (torch.compile mode="reduce-overhead"): never evicted
+
+    def run(self, fields: list[torch.Tensor]) -> list[torch.Tensor]:
+        r = self.r
+        r.reset_operand_unchecked(tuple(fields) if self.fields else fields[0])
+        if self.gpu:  # until GPU out= in device memory (#44): the engine-owned result, copied (one extra pass)
+            self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
+            res = r.execute()
+            res = list(res) if self.fields else [res]
+            return [x.clone(memory_format=torch.preserve_format) for x in res]
+        outs = [_empty_like_layout(self.shape, r.layout, t.dtype, t.device) for t in fields]
+        r.execute(out=tuple(outs) if self.fields else outs[0])
+        return outs
+
+    def free(self) -> None:
+        self.r.free()
+
+
+class _Backward:
+    """The planned adjoint of a forward redistribution: one Redistribute per round (_adjoint.py)."""
+
+    def __init__(self, grads: list[torch.Tensor], in_code, out_code, opts: RedistributeOptions, in_shape):
+        ctx = _runtime.context()
+        comm, rank = ctx.engine.comm, ctx.process_group.rank
+        every = collective.agree(comm, None, (tuple(in_code), tuple(out_code), tuple(in_shape)))
+        in_boxes, out_boxes = resolve_boxes([_decode(c) for c, _, _ in every], [_decode(c) for _, c, _ in every],
+                                            [s for _, _, s in every])
+        self.plan = adjoint(in_boxes, out_boxes)
+        self.rank, self.in_shape = rank, tuple(in_shape)
+        self.fields = len(grads) > 1
+        self.pinned = False  # as _Forward's
+        round_opts = dataclasses.replace(opts, result_layout="C", allow_overlap=opts.allow_overlap or self.plan.overlap)
+        self.rounds: list[Redistribute] = []
+        try:
+            for rnd in self.plan.rounds:
+                ops = self._operands(rnd, grads)
+                r = Redistribute(tuple(ops) if self.fields else ops[0], Box(*rnd.in_boxes[rank]),
+                                 Box(*rnd.out_boxes[rank]), options=round_opts)
+                self.rounds.append(r)
+                r.plan()
+        except BaseException:
+            self.free()
+            raise
+
+    def _operands(self, rnd, grads):
+        if rnd.sends(self.rank):
+            return grads
+        empty = geo.box_shape(rnd.in_boxes[self.rank])
+        return [torch.empty(empty, dtype=g.dtype, device=g.device) for g in grads]
+
+    def run(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        plan, rank = self.plan, self.rank
+        inverse = plan.inverse
+        result = None if inverse else [torch.zeros(self.in_shape, dtype=g.dtype, device=g.device) for g in grads]
+        for rnd, r in zip(plan.rounds, self.rounds):
+            r.reset_operand_unchecked(tuple(self._operands(rnd, grads)) if self.fields else self._operands(rnd, grads)[0])
+            box = rnd.out_boxes[rank]
+            outs = [torch.empty(geo.box_shape(box), dtype=g.dtype, device=g.device) for g in grads]
+            if r.memory_space == "cuda":  # until GPU out= in device memory (#44): the engine-owned result
+                self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
+                res = r.execute()
+                res = list(res) if self.fields else [res]
+                outs = [x.clone() for x in res]
+            else:
+                r.execute(out=tuple(outs) if self.fields else outs[0])
+            if inverse:
+                result = outs
+            elif not geo.is_empty(box):
+                where = local_region(box, plan.in_boxes[rank])
+                for acc, o in zip(result, outs):
+                    acc[where] += o
+        for box in plan.zero[rank]:
+            where = local_region(box, plan.in_boxes[rank])
+            for acc in result:
+                acc[where] = 0
+        return result
+
+    def free(self) -> None:
+        for r in self.rounds:
+            r.free()
+
+
+def _field_key(fields):
+    return tuple((tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device)) for t in fields)
+
+
+def _unflag(fields):
+    """Tensors with the conjugate or negative bit set are resolved (a copy) before they move."""
+    return [t.resolve_conj().resolve_neg() if t.is_conj() or t.is_neg() else t for t in fields]
+
+
+@torch.library.custom_op("redist::redistribute", mutates_args=())
+def _redistribute_op(fields: list[torch.Tensor], input_distribution: list[int], output_distribution: list[int],
+                     options: int, needs_grad: bool) -> list[torch.Tensor]:
+    fields = _unflag(fields)
+    opts = _options[options]
+    key = ("forward", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], needs_grad,
+           _field_key(fields))
+    problem = _local_problem(input_distribution, output_distribution)
+    entry = _cache.get(key, lambda: _Forward(fields, input_distribution, output_distribution, opts, needs_grad),
+                       problem)
+    return entry.run(fields)
+
+
+@_redistribute_op.register_fake
+def _redistribute_fake(fields, input_distribution, output_distribution, options, needs_grad):
+    if input_distribution[0] == _PROBLEM or output_distribution[0] == _PROBLEM:
+        return [torch.empty_like(t) for t in fields]  # the call raises on every rank when it runs
+    if output_distribution[0] != _BOX:
+        raise NotSupportedError(
+            "redist.torch.redistribute inside torch.compile needs this rank's output box without asking the other "
+            "ranks: pass global_shape=..., distributions bound to it (Slab.X.bind(shape)), or Box distributions")
+    shape = _box_shape(output_distribution)
+    layout = _options[options].result_layout
+    return [_empty_like_layout(shape, layout, t.dtype, t.device) for t in fields]
+
+
+@torch.library.custom_op("redist::redistribute_adjoint", mutates_args=())
+def _adjoint_op(grads: list[torch.Tensor], input_distribution: list[int], output_distribution: list[int],
+                options: int, input_shape: list[int]) -> list[torch.Tensor]:
+    grads = _unflag(grads)
+    opts = _options[options]
+    key = ("adjoint", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], tuple(input_shape),
+           _field_key(grads))
+    entry = _cache.get(key, lambda: _Backward(grads, input_distribution, output_distribution, opts, input_shape))
+    return entry.run(grads)
+
+
+@_adjoint_op.register_fake
+def _adjoint_fake(grads, input_distribution, output_distribution, options, input_shape):
+    return [torch.empty(tuple(input_shape), dtype=g.dtype, device=g.device) for g in grads]
+
+
+def _forward_context(ctx, inputs, output):
+    fields, in_code, out_code, options, _ = inputs
+    ctx.codes = (list(in_code), list(out_code), options)
+    ctx.input_shape = list(fields[0].shape)
+
+
+def _forward_backward(ctx, grads):
+    in_code, out_code, options = ctx.codes
+    back = torch.ops.redist.redistribute_adjoint(list(grads), in_code, out_code, options, ctx.input_shape)
+    return back, None, None, None, None
+
+
+def _adjoint_context(ctx, inputs, output):
+    _, in_code, out_code, options, _ = inputs
+    ctx.codes = (list(in_code), list(out_code), options)
+
+
+def _adjoint_backward(ctx, grads):
+    in_code, out_code, options = ctx.codes
+    again = torch.ops.redist.redistribute(list(grads), in_code, out_code, options, True)
+    return again, None, None, None, None
+
+
+_redistribute_op.register_autograd(_forward_backward, setup_context=_forward_context)
+_adjoint_op.register_autograd(_adjoint_backward, setup_context=_adjoint_context)
+
+
+def _refuse_vmap(info, in_dims, *args):
+    raise NotSupportedError(
+        "redist.torch.redistribute under torch.func.vmap: a batched call would be one collective per batch element "
+        "on each rank, and ranks may batch differently; move the batch into the tensor (an extra axis of the boxes) "
+        "instead")
+
+
+_redistribute_op.register_vmap(_refuse_vmap)
+_adjoint_op.register_vmap(_refuse_vmap)
+
+
+def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution, output_distribution, *,
+                 global_shape: Sequence[int] | None = None,
+                 options: RedistributeOptions | dict[str, Any] | None = None):
+    """Collective: this rank's box of ``output_distribution``, as a fresh tensor, differentiable.
+
+    ``t``: this rank's box of ``input_distribution`` (any strides; a tuple or list of tensors of
+    one shape moves as several fields in one exchange, and a tuple comes back).
+    ``input_distribution``, ``output_distribution``: :class:`~redist.Slab`,
+    :class:`~redist.BlockNonCyclic` or :class:`~redist.Box` (per rank), as for
+    :class:`~redist.Redistribute`. ``global_shape``: the global array's shape; needed inside
+    ``torch.compile`` unless both distributions are boxes or bound to a shape (``Slab.X.bind(g)``),
+    since a compiled region must know the output's shape without asking the other ranks.
+    ``options``: :class:`~redist.RedistributeOptions` or a dict (``result_layout``,
+    ``allow_overlap``, ``transport``...); ``result_layout="auto"`` means "C" here.
+
+    The result is a new tensor written once by the exchange on the host (on GPUs one copy of
+    the engine-owned result, until GPU ``out=`` in ordinary device memory lands). Autograd: the
+    gradient is the adjoint (the inverse redistribution for a partition, a sum into the owners
+    where the output replicates); double backward works. Errors are redist's, the same on every
+    rank; a call refused changes nothing.
+    """
+    fields = isinstance(t, (tuple, list))
+    tensors = list(t) if fields else [t]
+    if not tensors or not all(isinstance(x, torch.Tensor) for x in tensors):
+        bad = InvalidTypeError(
+            f"redist.torch.redistribute takes a torch.Tensor or a tuple of them, got {type(t).__name__}"
+            + ("" if not fields else f" holding {[type(x).__name__ for x in tensors]}"))
+        codes = _problem_code(bad), (_PROBLEM,), 0
+        tensors = [torch.empty(0)]
+    else:
+        codes = _resolve(input_distribution, output_distribution, None if global_shape is None else tuple(global_shape),
+                         options, tensors[0].dim())
+    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+    out = torch.ops.redist.redistribute(tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad)
+    return tuple(out) if fields else out[0]
+
+
+def clear_cache() -> None:
+    """Collective: free every planned redistribution of the cache (also done by :func:`redist.finalize`)."""
+    _cache.clear()
+
+
+def set_cache_size(maxsize: int) -> None:
+    """Collective: keep at most ``maxsize`` planned redistributions (default :data:`CACHE_SIZE`)."""
+    _cache.resize(maxsize)
+
+
+def cache_info() -> dict[str, int]:
+    """Local: ``{"hits", "misses", "size", "maxsize"}`` of the plan cache (the same on every rank)."""
+    return {"hits": _cache.hits, "misses": _cache.misses, "size": len(_cache), "maxsize": _cache.maxsize}
