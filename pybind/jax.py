@@ -99,9 +99,8 @@ class _Entry:
         _entries[self.number] = self
 
     def _view(self, ptr: int, shape: tuple[int, ...], nbytes: int, writable: bool) -> np.ndarray:
-        """A numpy view of XLA's buffer at ``ptr`` (kept by address: a call that gets the buffers of
-        an earlier one passes the same objects, which the API takes again without its checks, and
-        whose calls replay in C)."""
+        """A numpy view of XLA's buffer at ``ptr`` (kept by address: a call that gets the operand of an
+        earlier one rebinds the same object, and its call replays in C)."""
         view = self._views.get((ptr, writable))
         if view is None:
             if nbytes == 0:
@@ -129,7 +128,9 @@ class _Entry:
                     raise RuntimeError(f"cuMemcpyAsync of the result failed: {err}")
             return
         r.reset_operand_unchecked(self._view(src, self.in_shape, self.in_bytes, False))
-        r.execute(out=self._view(dst, self.out_shape, self.out_bytes, True))
+        # the engine-owned result, copied into XLA's buffer: its calls replay in C whatever buffer XLA hands
+        # over (an out= of a new address each call would take the Python path, several times slower)
+        np.copyto(self._view(dst, self.out_shape, self.out_bytes, True), r.execute())
 
     @property
     def adjoint(self):

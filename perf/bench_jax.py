@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Benchmark: a jitted redist.jax.redistribute against Redistribute.execute() of the same plan, and
+against the same transpose written with mpi4jax.alltoall plus its packing (issue #46's targets).
+
+    mpiexec -n 2 python perf/bench_jax.py [--sizes 64 128 256] [--iters 20] [--warmup 3]
+
+A float64 N^3 array goes Slab.X -> Slab.Y. Rows, per size (one run, the same MPI):
+
+* ``execute()``: ``Redistribute.execute()`` from Python, the engine-owned result (the plan the
+  adapter uses; its repeated calls replay in C);
+* ``execute(out=)``: the same into a fresh numpy array per call (what the adapter writes into:
+  XLA's own result buffer);
+* ``jax.jit redistribute``: ``jax.jit(lambda a: redist.jax.redistribute(a, Slab.X, Slab.Y))``,
+  ``block_until_ready()`` per call;
+* ``mpi4jax alltoall+pack``: jitted: pad the x-slab to equal blocks, split along y into P blocks
+  (reshape/transpose: the packing), ``mpi4jax.alltoall``, unpack (concatenate along x, unpad)
+  -- only for sizes P divides, and only where mpi4jax imports (else the row says why).
+
+Each variant is checked against the expected values first. Iterations interleave the variants;
+``comm.Barrier()`` before each call, ``MPI.Wtime()`` around it; an iteration's time is the max over
+ranks; the table shows the median after the warm-up, and ``/execute()``: the variant's median over
+``execute()``'s. Take figures on a quiet machine (perf/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import redist  # noqa: E402
+import redist.jax  # noqa: E402
+from redist import Redistribute, Slab  # noqa: E402
+
+
+def values(box, shape) -> np.ndarray:
+    """Element value = global linear index, for the elements of ``box``."""
+    idx = np.indices(tuple(h - lo for lo, h in zip(box.lower, box.upper)), dtype=np.int64)
+    lin = np.zeros(idx.shape[1:], np.int64)
+    for d, n in enumerate(shape):
+        lin = lin * n + idx[d] + box.lower[d]
+    return lin.astype(np.float64)
+
+
+def mpi4jax_variant(n: int, rank: int, nranks: int, comm):
+    """The jitted alltoall transpose, or the reason there is none."""
+    try:
+        import mpi4jax
+    except ImportError as e:
+        return None, f"mpi4jax not importable ({e})"
+    if n % nranks:
+        return None, f"{n} is not a multiple of P = {nranks} (mpi4jax.alltoall needs equal blocks)"
+    b = n // nranks
+
+    def transpose(a):  # a: (b, n, n) x-slab -> (n, b, n) y-slab
+        blocks = a.reshape(b, nranks, b, n).transpose(1, 0, 2, 3)  # pack: block q = my x rows, q's y columns
+        got = mpi4jax.alltoall(blocks, comm=comm)
+        got = got[0] if isinstance(got, tuple) else got
+        return got.reshape(n, b, n)  # unpack: block p holds p's x rows of my y columns, in rank order
+
+    return jax.jit(transpose), None
+
+
+def timed(comm, fn) -> float:
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    fn()
+    return comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 256])
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+    redist.initialize()
+    pg = redist.get_context().process_group
+    rank, nranks, comm = pg.rank, pg.nranks, MPI.COMM_WORLD
+    if rank == 0:
+        print(f"bench_jax: P = {nranks}, float64, Slab.X -> Slab.Y, {args.iters} iterations after {args.warmup} "
+              f"warm-up, jax {jax.__version__}; {MPI.Get_library_version().splitlines()[0]}")
+        print(f"{'N':>5} {'variant':<24} {'median ms':>10} {'min ms':>9} {'/execute()':>11}")
+    for n in args.sizes:
+        shape = (n, n, n)
+        xb, yb = Slab.X.box(rank, shape, nranks=nranks), Slab.Y.box(rank, shape, nranks=nranks)
+        a = values(xb, shape)
+        want = values(yb, shape)
+        x = jnp.asarray(a)
+        r = Redistribute(a, Slab.X, Slab.Y)
+        r.plan()
+        f = jax.jit(lambda v: redist.jax.redistribute(v, Slab.X, Slab.Y))
+        variants = {
+            "execute()": lambda: r.execute(),
+            "execute(out=)": lambda: r.execute(out=np.empty(want.shape)),
+            "jax.jit redistribute": lambda: f(x).block_until_ready(),
+        }
+        m4j, why = mpi4jax_variant(n, rank, nranks, comm)
+        if m4j is not None:
+            variants["mpi4jax alltoall+pack"] = lambda: m4j(x).block_until_ready()
+        checks = {"execute()": r.execute(), "execute(out=)": r.execute(out=np.empty(want.shape)),
+                  "jax.jit redistribute": f(x)}
+        if m4j is not None:
+            checks["mpi4jax alltoall+pack"] = m4j(x)
+        for name, got in checks.items():
+            ok = comm.allreduce(int(np.array_equal(np.asarray(got), want)), op=MPI.MIN)
+            if not ok:
+                raise SystemExit(f"{name} gave wrong values at N = {n}")
+        times: dict[str, list[float]] = {k: [] for k in variants}
+        for it in range(args.warmup + args.iters):
+            for name, fn in variants.items():
+                t = timed(comm, fn)
+                if it >= args.warmup:
+                    times[name].append(t)
+        base = float(np.median(times["execute()"]))
+        if rank == 0:
+            for name, ts in times.items():
+                med = float(np.median(ts))
+                print(f"{n:>5} {name:<24} {med * 1e3:>10.3f} {min(ts) * 1e3:>9.3f} {med / base:>11.2f}")
+            if m4j is None:
+                print(f"{n:>5} {'mpi4jax alltoall+pack':<24} skipped: {why}")
+        r.free()
+        time.sleep(0)
+    redist.finalize()
+
+
+if __name__ == "__main__":
+    main()
