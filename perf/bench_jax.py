@@ -8,8 +8,10 @@ A float64 N^3 array goes Slab.X -> Slab.Y. Rows, per size (one run, the same MPI
 
 * ``execute()``: ``Redistribute.execute()`` from Python, the engine-owned result (the plan the
   adapter uses; its repeated calls replay in C);
-* ``execute(out=)``: the same into a fresh numpy array per call (what the adapter writes into:
-  XLA's own result buffer);
+* ``execute()+copy``: the same, then the result copied into another array: what the adapter's
+  handler does on CPU (XLA's result buffer is the copy's target);
+* ``execute(out=same)``: the same into one numpy array every call (replayed in C; the route the
+  adapter does not take, since XLA may hand over a new buffer each call);
 * ``jax.jit redistribute``: ``jax.jit(lambda a: redist.jax.redistribute(a, Slab.X, Slab.Y))``,
   ``block_until_ready()`` per call;
 * ``mpi4jax alltoall+pack``: jitted: pad the x-slab to equal blocks, split along y into P blocks
@@ -96,17 +98,18 @@ def main() -> None:
         x = jnp.asarray(a)
         r = Redistribute(a, Slab.X, Slab.Y)
         r.plan()
+        out = np.empty(want.shape)
         f = jax.jit(lambda v: redist.jax.redistribute(v, Slab.X, Slab.Y))
         variants = {
             "execute()": lambda: r.execute(),
-            "execute(out=)": lambda: r.execute(out=np.empty(want.shape)),
+            "execute()+copy": lambda: np.copyto(out, r.execute()),
+            "execute(out=same)": lambda: r.execute(out=out),
             "jax.jit redistribute": lambda: f(x).block_until_ready(),
         }
         m4j, why = mpi4jax_variant(n, rank, nranks, comm)
         if m4j is not None:
             variants["mpi4jax alltoall+pack"] = lambda: m4j(x).block_until_ready()
-        checks = {"execute()": r.execute(), "execute(out=)": r.execute(out=np.empty(want.shape)),
-                  "jax.jit redistribute": f(x)}
+        checks = {"execute()": r.execute(), "execute(out=same)": r.execute(out=out), "jax.jit redistribute": f(x)}
         if m4j is not None:
             checks["mpi4jax alltoall+pack"] = m4j(x)
         for name, got in checks.items():
