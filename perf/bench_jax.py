@@ -18,6 +18,12 @@ A float64 N^3 array goes Slab.X -> Slab.Y. Rows, per size (one run, the same MPI
   (reshape/transpose: the packing), ``mpi4jax.alltoall``, unpack (concatenate along x, unpad)
   -- only for sizes P divides, and only where mpi4jax imports (else the row says why).
 
+With ``--step`` (the GPU target, P = 1, or several ranks sharing a GPU): a jitted pseudo-spectral
+step (FFT along y and z, redistribute to y-slabs, FFT along x, multiply, inverse FFT along x) against
+the same step with the exchange replaced by a device copy of the same bytes (``jnp.copy`` behind
+``lax.optimization_barrier``, so XLA keeps it); rows ``step: redistribute`` and ``step: copy``,
+``/execute()`` then being the ratio to the copy step. On whatever device JAX uses.
+
 Each variant is checked against the expected values first. Iterations interleave the variants;
 ``comm.Barrier()`` before each call, ``MPI.Wtime()`` around it; an iteration's time is the max over
 ranks; the table shows the median after the warm-up, and ``/execute()``: the variant's median over
@@ -77,11 +83,46 @@ def timed(comm, fn) -> float:
     return comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
 
 
+def step_rows(n: int, rank: int, nranks: int, comm, args) -> None:
+    """The jitted spectral step with the exchange, and with a device copy in its place (--step)."""
+    shape = (n, n, n)
+    xb = Slab.X.box(rank, shape, nranks=nranks)
+    x = jnp.asarray(values(xb, shape)).astype(jnp.complex128)
+
+    def step(a, move):
+        a = jnp.fft.fftn(a, axes=(1, 2))
+        a = move(a)
+        return jnp.fft.ifft(jnp.fft.fft(a, axis=0) * 0.5, axis=0)
+
+    def copy(a):
+        if nranks > 1:  # the same bytes as this rank's y-slab
+            a = a.reshape(-1)[: int(np.prod(Slab.Y.box(rank, shape, nranks=nranks).box_shape))]
+            a = a.reshape(Slab.Y.box(rank, shape, nranks=nranks).box_shape)
+        return jax.lax.optimization_barrier(jnp.copy(a))
+
+    variants = {"step: redistribute": jax.jit(lambda a: step(a, lambda v: redist.jax.redistribute(v, Slab.X, Slab.Y))),
+                "step: copy": jax.jit(lambda a: step(a, copy))}
+    for f in variants.values():
+        f(x).block_until_ready()
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for it in range(args.warmup + args.iters):
+        for name, f in variants.items():
+            t = timed(comm, lambda f=f: f(x).block_until_ready())
+            if it >= args.warmup:
+                times[name].append(t)
+    base = float(np.median(times["step: copy"]))
+    if rank == 0:
+        for name, ts in times.items():
+            med = float(np.median(ts))
+            print(f"{n:>5} {name:<24} {med * 1e3:>10.3f} {min(ts) * 1e3:>9.3f} {med / base:>11.2f}  ({jax.devices()[0]})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 256])
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--step", action="store_true", help="the pseudo-spectral step, redistribute vs a device copy")
     args = ap.parse_args()
     redist.initialize()
     pg = redist.get_context().process_group
@@ -90,6 +131,11 @@ def main() -> None:
         print(f"bench_jax: P = {nranks}, float64, Slab.X -> Slab.Y, {args.iters} iterations after {args.warmup} "
               f"warm-up, jax {jax.__version__}; {MPI.Get_library_version().splitlines()[0]}")
         print(f"{'N':>5} {'variant':<24} {'median ms':>10} {'min ms':>9} {'/execute()':>11}")
+    if args.step:
+        for n in args.sizes:
+            step_rows(n, rank, nranks, comm, args)
+        redist.finalize()
+        return
     for n in args.sizes:
         shape = (n, n, n)
         xb, yb = Slab.X.box(rank, shape, nranks=nranks), Slab.Y.box(rank, shape, nranks=nranks)
