@@ -51,7 +51,7 @@ from ._distributions import Box
 from ._operands import RawArray
 from ._options import RedistributeOptions
 from ._plan_cache import DEFAULT_MAXSIZE, PlanCache
-from ._redistribute import Redistribute
+from ._redistribute import DistributionLike, Redistribute
 from .engine import collective
 from .engine import geometry as geo
 from .engine.errors import InvalidStateError, NotSupportedError, RedistError
@@ -307,7 +307,7 @@ def _x64_problem(x) -> collective.Problem | None:
     return None
 
 
-def redistribute(x, /, input_distribution, output_distribution, *,
+def redistribute(x: Any, /, input_distribution: DistributionLike, output_distribution: DistributionLike, *,
                  options: RedistributeOptions | dict[str, Any] | None = None) -> jax.Array:
     """Collective: this rank's box of ``output_distribution``, as a new JAX array; eager, under
     ``jax.jit``, differentiable (``jax.grad``, ``jax.vjp``) and batched by ``jax.vmap``.
