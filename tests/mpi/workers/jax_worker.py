@@ -187,6 +187,20 @@ def grad():
                     f"{label} grad {how} trial {trial}: fd {fd} vs {an}",
                 )
 
+    # per-example gradients (vmap of grad: the backward's exchanges batched) and a complex vjp
+    shape = (6, 5, 4)
+    x = jnp.asarray(rng.standard_normal(Slab.X.shape(rank, shape, nranks=P)))
+
+    def sin_loss(a):
+        return jnp.sum(jnp.sin(rjax.redistribute(a, Slab.X, Slab.Y)))
+
+    gb = jax.jit(jax.vmap(jax.grad(sin_loss)))(jnp.stack([x, 2 * x]))
+    check(np.allclose(np.asarray(gb), np.cos(np.stack([x, 2 * x]))), "vmap(grad)")
+    z = x * (1 + 2j)
+    y, vjp = jax.vjp(lambda a: rjax.redistribute(a, Slab.X, Slab.Y), z)
+    (back,) = vjp(y * 1j)
+    check(np.array_equal(np.asarray(back), np.asarray(z * 1j)), "complex vjp: the adjoint of a permutation")
+
 
 def expect_error(fn, cls_name, pattern, label):
     """fn must raise on every rank the same exception (class name) with a message matching pattern."""
