@@ -79,7 +79,8 @@ class _Entry:
         self.dtype, self.in_shape, self.gpu = dtype, shape, gpu
         self.options = options
         if gpu:  # an operand to plan with; the calls rebind XLA's buffers
-            self._placeholder = jnp.empty(shape, dtype)
+            with jax.ensure_compile_time_eval():  # planned while tracing: a real device buffer, not a tracer
+                self._placeholder = jnp.zeros(shape, dtype)
             operand: Any = RawArray(self._placeholder.unsafe_buffer_pointer(), shape, itemsize=dtype.itemsize,
                                     memory="cuda", device_id=_runtime.context().device_id, dtype=dtype)
         else:
