@@ -32,7 +32,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import itertools
-import threading
+import types
 from collections.abc import Hashable
 from functools import partial
 from typing import Any
@@ -65,7 +65,9 @@ _TARGET = "redist_redistribute"
 _cache = PlanCache("redist.jax", CACHE_SIZE)
 _entries: dict[int, _Entry] = {}  # entry number -> planned object (what the handler runs)
 _numbers = itertools.count(1)
-_failed = threading.local()  # the problem of this thread's last failed handler call (eager calls re-raise it)
+# the problem of the last failed handler call (an eager call re-raises it as the redist class); the
+# calls run one at a time (the ordered effect), on whichever thread XLA runs them
+_failed = types.SimpleNamespace(problem=None)
 
 # 64-bit dtypes that JAX turns into 32-bit ones while jax_enable_x64 is off
 _WIDE = {np.dtype(t) for t in (np.float64, np.int64, np.uint64, np.complex128)}
@@ -348,7 +350,7 @@ def redistribute(x: Any, /, input_distribution: DistributionLike, output_distrib
     try:
         return y.block_until_ready()  # an eager call raises its errors here, as the redist class
     except jax.errors.JaxRuntimeError as e:
-        problem = getattr(_failed, "problem", None)
+        problem, _failed.problem = _failed.problem, None
         if problem is None:
             raise
         raise collective.exception(problem) from e
