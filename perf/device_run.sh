@@ -74,8 +74,8 @@ for s in "$@"; do
   jax)
     step "redist.jax (#46): GPU tests P=1 and 2 ranks sharing the GPU (needs a CUDA jaxlib: carry its wheels in .whl), the GPU step (bench_jax.py --step, P=1), then bench_jax.py on the host cores (P = ${JAX_RANKS:-2 4})"
     python3 -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tee "$OUT/jax_env.txt" | tail -2
-    timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax.py -k "not shared" 2>&1 | tee "$OUT/pytest_jax_gpu.txt" | tail -8
-    REDIST_SHARED_GPU=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax.py -k shared 2>&1 | tee -a "$OUT/pytest_jax_gpu.txt" | tail -8
+    timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_jax_gpu.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k shared 2>&1 | tee -a "$OUT/pytest_jax_gpu.txt" | tail -8
     XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 $MPI -n 1 python3 perf/bench_jax.py --step --sizes ${JAX_GPU_SIZES:-128 256} 2>&1 | tee "$OUT/bench_jax_gpu.txt" | tail -6
     for p in ${JAX_RANKS:-2 4}; do
       CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu timeout 500 $MPI -n $p python3 perf/bench_jax.py --sizes ${JAX_SIZES:-64 128 256} 2>&1 | tee -a "$OUT/bench_jax.txt" | tail -14

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Multi-rank checks of redist.jax (run under mpiexec by tests/mpi/test_jax.py on CPU, tests/gpu/test_jax.py on GPU).
+"""Multi-rank checks of redist.jax (run under mpiexec by tests/mpi/test_jax.py on CPU, tests/gpu/test_jax_gpu.py on GPU).
 
 Usage: jax_worker.py {forward|grad|errors}
 forward: eager and jit results (slabs, pencils, random boxes with empty ranks, allgather; float32/64,
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 jax.config.update("jax_enable_x64", True)
-# tests/gpu/test_jax.py runs the same checks with JAX on the GPU (REDIST_JAX_PLATFORM=cuda)
+# tests/gpu/test_jax_gpu.py runs the same checks with JAX on the GPU (REDIST_JAX_PLATFORM=cuda)
 jax.config.update("jax_platforms", os.environ.get("REDIST_JAX_PLATFORM", "cpu"))
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
