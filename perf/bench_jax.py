@@ -9,9 +9,9 @@ A float64 N^3 array goes Slab.X -> Slab.Y. Rows, per size (one run, the same MPI
 * ``execute()``: ``Redistribute.execute()`` from Python, the engine-owned result (the plan the
   adapter uses; its repeated calls replay in C);
 * ``execute()+copy``: the same, then the result copied into another array: what the adapter's
-  handler does on CPU (XLA's result buffer is the copy's target);
-* ``execute(out=same)``: the same into one numpy array every call (replayed in C; the route the
-  adapter does not take, since XLA may hand over a new buffer each call);
+  handler does on CPU into a result buffer XLA hands over for the first time;
+* ``execute(out=same)``: the same into one numpy array every call (replayed in C): what the handler
+  does into a buffer XLA handed over before (the jitted row below gets the same buffer back);
 * ``jax.jit redistribute``: ``jax.jit(lambda a: redist.jax.redistribute(a, Slab.X, Slab.Y))``,
   ``block_until_ready()`` per call;
 * ``mpi4jax alltoall+pack``: jitted: pad the x-slab to equal blocks, split along y into P blocks

@@ -69,6 +69,10 @@ _numbers = itertools.count(1)
 # calls run one at a time (the ordered effect), on whichever thread XLA runs them
 _failed = types.SimpleNamespace(problem=None)
 
+# out= calls into one XLA buffer that may run in Python (its first checked call, the calls before its replay
+# is installed) before that buffer gets the engine-owned result copied into it instead
+_SLOW_OUTS = 3
+
 # 64-bit dtypes that JAX turns into 32-bit ones while jax_enable_x64 is off
 _WIDE = {np.dtype(t) for t in (np.float64, np.int64, np.uint64, np.complex128)}
 
@@ -97,6 +101,7 @@ class _Entry:
         self.in_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         self.out_bytes = int(np.prod(self.out_shape, dtype=np.int64)) * dtype.itemsize
         self._views: dict[tuple[int, bool], np.ndarray] = {}  # (address, writable) -> numpy view of XLA's buffer
+        self._slow: dict[int, int] = {}  # result address -> its out= calls that ran in Python
         self._adjoint = None
         self.number = next(_numbers)
         _entries[self.number] = self
@@ -113,6 +118,7 @@ class _Entry:
             view.flags.writeable = writable
             if len(self._views) >= 16:
                 self._views.clear()
+                self._slow.clear()
             self._views[(ptr, writable)] = view
         return view
 
@@ -131,9 +137,18 @@ class _Entry:
                     raise RuntimeError(f"cuMemcpyAsync of the result failed: {err}")
             return
         r.reset_operand_unchecked(self._view(src, self.in_shape, self.in_bytes, False))
-        # the engine-owned result, copied into XLA's buffer: its calls replay in C whatever buffer XLA hands
-        # over (an out= of a new address each call would take the Python path, several times slower)
-        np.copyto(self._view(dst, self.out_shape, self.out_bytes, True), r.execute())
+        out = self._views.get((dst, True))
+        if out is None or self._slow.get(dst, 0) > _SLOW_OUTS:
+            # a buffer XLA hands over for the first time (or whose calls keep taking the Python path): the
+            # engine-owned result (its calls replay in C), copied into it; the view is kept for the next time
+            np.copyto(self._view(dst, self.out_shape, self.out_bytes, True), r.execute())
+            return
+        # a buffer seen before (a loop gets the same few back): written by the exchange itself as out=, one
+        # pass less over the result; its calls replay in C from the third on
+        before = r._python_calls
+        r.execute(out=out)
+        if r._python_calls != before:
+            self._slow[dst] = self._slow.get(dst, 0) + 1
 
     @property
     def adjoint(self):
