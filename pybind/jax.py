@@ -359,11 +359,11 @@ def redistribute(x: Any, /, input_distribution: DistributionLike, output_distrib
     else:
         x = jnp.asarray(x)
     entry = _lookup(x.shape, x.dtype, input_distribution, output_distribution, opts, problem)
-    y = _apply(x, entry.number)
-    if isinstance(y, jax.core.Tracer):
-        return y
     try:
-        return y.block_until_ready()  # an eager call raises its errors here, as the redist class
+        y = _apply(x, entry.number)
+        if isinstance(y, jax.core.Tracer):
+            return y
+        return y.block_until_ready()  # an eager call raises its errors here (or above), as the redist class
     except jax.errors.JaxRuntimeError as e:
         problem, _failed.problem = _failed.problem, None
         if problem is None:

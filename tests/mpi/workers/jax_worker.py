@@ -284,6 +284,27 @@ def errors():
 
     expect_error(traced_on_some_ranks, "InvalidValueError", r"dtype", "a call traced on one rank only")
 
+    # a failure inside the handler of an eager call (simulated: the exchange raises the same agreed error on
+    # every rank) comes back as the redist class itself, not as JAX's runtime error
+    rjax.redistribute(a, Slab.X, Slab.Y)
+    entry = next(
+        e for e in rjax._entries.values() if e.in_shape == tuple(a.shape) and e.out_shape != e.in_shape
+    )
+
+    def refused(*args, **kwargs):
+        raise redist.InvalidValueError("rank 0: simulated failure of the exchange")
+
+    entry.r.execute = refused
+    try:
+        expect_error(
+            lambda: rjax.redistribute(a, Slab.X, Slab.Y),
+            "InvalidValueError",
+            r"^rank 0: simulated",
+            "an eager call's handler failure",
+        )
+    finally:
+        del entry.r.execute
+
     # a compiled function whose plan was evicted: the handler's error, raised by JAX on every rank
     rjax.set_cache_size(1)
     f = jax.jit(lambda v: rjax.redistribute(v, Slab.X, Slab.Y))
