@@ -164,17 +164,24 @@ class _Entry:
         self.r.free()
 
 
+def _live(number: int) -> _Entry:
+    """The planned entry ``number``; InvalidStateError where it was freed (the same on every rank: the
+    caches agree)."""
+    entry = _entries.get(number)
+    if entry is None:
+        raise InvalidStateError(
+            f"redist.jax: this compiled function calls planned redistribution #{number}, which was freed (evicted "
+            "from the plan cache, clear_cache() or redist.finalize()); trace it again (jax.clear_caches()) or keep "
+            "more plans (set_cache_size)")
+    return entry
+
+
 @ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64,
                   ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
 def _execute(number, src, dst, stream, src_bytes, dst_bytes, msg, room):
     """What the handler calls (ctypes takes the GIL): 0, or 1 with the problem's class and message in ``msg``."""
     try:
-        entry = _entries.get(number)
-        if entry is None:
-            raise InvalidStateError(
-                f"redist.jax: this compiled function calls planned redistribution #{number}, which was freed (evicted "
-                "from the plan cache, clear_cache() or redist.finalize()); trace it again (jax.clear_caches()) or keep "
-                "more plans (set_cache_size)")
+        entry = _live(number)
         if src_bytes != entry.in_bytes or dst_bytes != entry.out_bytes:  # never: the call was traced for them
             raise InvalidStateError(f"redist.jax: XLA passed {src_bytes} B -> {dst_bytes} B to a plan for "
                                     f"{entry.in_bytes} B -> {entry.out_bytes} B")
@@ -203,7 +210,10 @@ except Exception:  # noqa: BLE001 -- a jaxlib without its CUDA plugin: CPU only
 class _RedistEffect(effects.Effect):
     """The ordered effect of redist's custom calls: one token threads them in program order."""
 
-    __str__ = __repr__ = lambda self: "RedistExchange"  # noqa: E731
+    def __repr__(self) -> str:
+        return "RedistExchange"
+
+    __str__ = __repr__
 
 
 _effect = _RedistEffect()
@@ -240,7 +250,7 @@ def _batched(args, dims, *, entry: int, shape: tuple[int, ...]):
     """vmap: the batch becomes a new leading axis of every rank's boxes (one exchange for the batch)."""
     (x,), (d,) = args, dims
     x = jnp.moveaxis(x, d, 0)
-    e = _entries[entry]
+    e = _live(entry)
     n = x.shape[0]
     ib, ob = e.r.input_box, e.r.output_box
     batched = _lookup(x.shape, x.dtype, Box((0, *ib.lower), (n, *ib.upper)), Box((0, *ob.lower), (n, *ob.upper)),
@@ -283,7 +293,7 @@ def _lookup(shape, dtype, input_distribution, output_distribution, options, prob
 
 @partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _apply(x, entry: int):
-    return _redistribute_p.bind(x, entry=entry, shape=_entries[entry].out_shape)
+    return _redistribute_p.bind(x, entry=entry, shape=_live(entry).out_shape)
 
 
 def _apply_fwd(x, entry: int):
@@ -291,9 +301,7 @@ def _apply_fwd(x, entry: int):
 
 
 def _apply_bwd(entry: int, _, g):
-    e = _entries.get(entry)
-    if e is None:
-        raise InvalidStateError(f"redist.jax: planned redistribution #{entry} was freed before its backward was traced")
+    e = _live(entry)
     plan = e.adjoint
     rank = e.r._ctx.process_group.rank
     opts = dataclasses.replace(e.options, allow_overlap=e.options.allow_overlap or plan.overlap)
