@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune nvmath permuted sizes fields
-#                                        bench-capture contract examples host pencils out-ab torch
+#                                        bench-capture contract examples host pencils out-ab torch jax
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -71,6 +71,15 @@ for s in "$@"; do
     step "CUDA contract tests (#22) P=1, then ${CONTRACT_K:-P2 or P3} ranks sharing the GPU"
     timeout ${CONTRACT_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_contract.py -k "not shared" 2>&1 | tee "$OUT/pytest_contract.txt" | tail -8
     REDIST_SHARED_GPU=1 timeout ${CONTRACT_SHARED_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_contract.py -k "shared and (${CONTRACT_K:-P2 or P3})" 2>&1 | tee -a "$OUT/pytest_contract.txt" | tail -8 ;;
+  jax)
+    step "redist.jax (#46): GPU tests P=1 and 2 ranks sharing the GPU (needs a CUDA jaxlib: carry its wheels in .whl), the GPU step (bench_jax.py --step, P=1), then bench_jax.py on the host cores (P = ${JAX_RANKS:-2 4})"
+    python3 -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tee "$OUT/jax_env.txt" | tail -2
+    timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_jax_gpu.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k shared 2>&1 | tee -a "$OUT/pytest_jax_gpu.txt" | tail -8
+    XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 $MPI -n 1 python3 perf/bench_jax.py --step --sizes ${JAX_GPU_SIZES:-128 256} 2>&1 | tee "$OUT/bench_jax_gpu.txt" | tail -6
+    for p in ${JAX_RANKS:-2 4}; do
+      CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu timeout 500 $MPI -n $p python3 perf/bench_jax.py --sizes ${JAX_SIZES:-64 128 256} 2>&1 | tee -a "$OUT/bench_jax.txt" | tail -14
+    done ;;
   examples)
     step "spectral examples on the GPU (#23): tests P=1 and 2 ranks sharing, Taylor-Green captured vs eager"
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/examples/test_spectral.py -k gpu 2>&1 | tee "$OUT/pytest_examples_gpu.txt" | tail -8

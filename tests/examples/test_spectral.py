@@ -216,3 +216,17 @@ def test_fortran_fft_roundtrip(fft_roundtrip, nprocs, args):
 def test_fortran_help(fft_roundtrip):
     res = run([fft_roundtrip, "--help"])
     assert res.returncode == 0 and "usage:" in res.stdout, res.stdout + res.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (the [jax] extra)")
+def test_jax_spectral():
+    """examples/jax_spectral.py, jitted and differentiated: at P = 1 and P = 3 (uneven slabs) the same
+    field and gradient as one process on the whole array (--check), and the same printed figures."""
+    lines = []
+    for nprocs in (1, 3):
+        out = example(nprocs, "jax_spectral.py", "--n", "10", "--steps", "2", "--check", timeout=240)
+        assert "matches one process" in out, out
+        lines.append(re.search(r"energy \S+, \|grad\| \S+", out).group(0))
+    e1, g1 = (float(v) for v in re.findall(r"[-+0-9.e]+(?=,|$)", lines[0].replace("|grad| ", "")))
+    e3, g3 = (float(v) for v in re.findall(r"[-+0-9.e]+(?=,|$)", lines[1].replace("|grad| ", "")))
+    assert math.isclose(e1, e3, rel_tol=1e-12) and math.isclose(g1, g3, rel_tol=1e-10), lines
