@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .engine.backend import HOST_METHODS, SIGNALS, TRANSPORTS
+from .engine.backend import HOST_METHODS, SIGNALS, TRANSPORTS, TUNE_MODES
 from .engine.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["RedistributeOptions"]
@@ -90,6 +90,8 @@ class RedistributeOptions:
     signal: Literal["epoch", "barrier"] = "epoch"
     result: Literal["persistent", "fresh"] = "persistent"
     allow_overlap: bool = False
+    tune: Literal["estimate", "measure", "wisdom"] = "estimate"
+    tune_budget: float = 10.0
 
     def __post_init__(self) -> None:
         if self.blocking is not True and self.blocking != "auto":
@@ -121,6 +123,12 @@ class RedistributeOptions:
         if not isinstance(self.allow_overlap, (bool, np.bool_)):
             raise InvalidTypeError(f"allow_overlap must be True or False, got {self.allow_overlap!r}")
         self.allow_overlap = bool(self.allow_overlap)
+        if self.tune not in TUNE_MODES:
+            raise InvalidValueError(f"tune must be one of {TUNE_MODES}, got {self.tune!r}")
+        if (isinstance(self.tune_budget, (bool, np.bool_)) or not isinstance(self.tune_budget, (int, float, np.number))
+                or not self.tune_budget > 0):
+            raise InvalidValueError(f"tune_budget must be a number of seconds > 0, got {self.tune_budget!r}")
+        self.tune_budget = float(self.tune_budget)
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger, got {type(self.logger).__name__}")
 

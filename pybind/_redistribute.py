@@ -14,7 +14,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 
-from . import _runtime
+from . import _runtime, _wisdom
 from ._distributions import Box, Distribution
 from ._resolve import resolve_boxes
 from ._operands import Operand, as_array, data_pointer, layout_signature, wrap
@@ -300,7 +300,8 @@ class Redistribute(Generic[ArrayT]):
     def plan_description(self) -> str:
         """The lowered plan as text (after :meth:`plan`)."""
         self._need_planned("describe")
-        return f"{self._plan.describe()}\n{self._exe.describe()}"
+        tuning = getattr(self._exe, "tuning", None)  # what tune= measured and chose (engine/tune.py)
+        return f"{self._plan.describe()}\n{self._exe.describe()}" + (f"\n{tuning.describe()}" if tuning else "")
 
     # --- state machine helpers --------------------------------------------------------------
 
@@ -348,7 +349,9 @@ class Redistribute(Generic[ArrayT]):
             lower_opts = backend.LowerOptions(
                 backend=self._backend, transport=o.transport, host_method=o.host_method, signal=o.signal,
                 blocking=o.blocking is True,
-                logger=self._logger if self._logger.isEnabledFor(logging.INFO) else None)
+                logger=self._logger if self._logger.isEnabledFor(logging.INFO) else None,
+                **(_wisdom.tune_options(o, self._templates, self._all_strides, self._objects())
+                   if o.tune != "estimate" and self._state is _State.NEW else {"tune": o.tune}))
         exe = backend.lower(plan, ctx.engine, lower_opts)
         with collective.attempt(ctx.engine.comm, on_failure=exe.free):  # roll back on every rank
             if self._state is _State.NEW:

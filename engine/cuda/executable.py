@@ -138,7 +138,7 @@ class CudaExecutable:
         self._wants: list = [None] * nf  # per field: this rank's out= strides when not the planned ones
         self._want: tuple | None = None  # those, or None when every field has the planned strides
         self._mine: tuple | None = None  # this rank's entry in the active layout
-        self._relower = relower  # (reach, transport, signal) of lower(): variants are lowered alike
+        self._relower = relower  # (reach, transport, signal, base_align) of lower(): variants are lowered alike
         self._shares_result = bool(shared_result)  # a variant: its base owns the result and retires it all
         # copies of this exchange in the user's captures: {the user's CUgraph: [_Copy...]} (the base holds them)
         self._captured: dict[int, list[_Copy]] = {}  # what update_captured finds, by the graph they are in
@@ -778,14 +778,15 @@ class CudaExecutable:
         plan, rt = self.plan, self.rt
         if self._relower is None:
             raise InvalidStateError("this CUDA executable was not made by lower(): it cannot take strided out=")
-        reach, transport, signal = self._relower
+        reach, transport, signal, base_align = self._relower
         fields = self._fields
         strides = [[st[f] if st is not None and st[f] is not None else p.out_strides_of(r) for r, st in enumerate(layout)]
                    for f, p in enumerate(fields)]  # per field, per rank
         funcs = {}
         with collective.attempt(rt.comm):
             moved = plan.retarget_all(strides) if isinstance(plan, FusedPlan) else plan.retarget_all(strides[0])
-            ll = build_launch_list(moved, reach, transport=transport, signal=signal, sm_count=rt.sm_count)
+            ll = build_launch_list(moved, reach, transport=transport, signal=signal, sm_count=rt.sm_count,
+                                   base_align=base_align)
             for k in ll.kernels:
                 funcs[k.name] = rt.functions(*k.family, k.kind)
         exe = CudaExecutable(moved, rt, ll, funcs, serial=self.serial, blocking=self.blocking, logger=self._logger,

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 from .. import collective
 from ..errors import InvalidValueError, NotSupportedError
 from ..plan import FusedPlan, Plan
+from ..tune import Candidate
 from .executable import AUTO_METHOD, METHODS, HostExecutable
 from .push import PushExecutable, push_problem
 
 if TYPE_CHECKING:
     from ..backend import Context, LowerOptions
 
-__all__ = ["available_methods", "lower"]
+__all__ = ["available_methods", "candidates", "lower"]
 
 
 def _mpi() -> ModuleType:
@@ -41,6 +42,18 @@ def available_methods() -> tuple[str, ...]:
         except (NotImplementedError, MPI.Exception):
             _AVAILABLE = tuple(m for m in METHODS if m != "alltoallw")
     return _AVAILABLE
+
+
+def candidates(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> list[Candidate]:
+    """Collective: the host methods ``tune`` times (engine/tune.py), the heuristic's pick first: "push"
+    where every rank is on one node (more than one), then every message method this MPI library has;
+    only the method given where ``options.host_method`` is not "auto"."""
+    if options.host_method != "auto":
+        methods = [options.host_method]
+    else:
+        push = push_problem(ctx.comm, plan) is None and plan.nranks > 1  # collective
+        methods = (["push"] if push else []) + [AUTO_METHOD] + [m for m in available_methods() if m != AUTO_METHOD]
+    return [Candidate(m, (("host_method", m),)) for m in methods]
 
 
 def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> HostExecutable | PushExecutable:
