@@ -51,9 +51,11 @@ def _measure(costs, budget=10.0, refuse=()):
 
 
 def test_the_slowest_ranks_median_decides_where_ranks_measure_different_winners():
-    costs = [{"push": 1, "hybrid": 5, "datatype": 3, "pack": 9},  # rank 0 alone would pick push
-             {"push": 6, "hybrid": 2, "datatype": 3, "pack": 9},  # rank 1 hybrid
-             {"push": 1, "hybrid": 1, "datatype": 4, "pack": 9}]
+    costs = [
+        {"push": 1, "hybrid": 5, "datatype": 3, "pack": 9},  # rank 0 alone would pick push
+        {"push": 6, "hybrid": 2, "datatype": 3, "pack": 9},  # rank 1 hybrid
+        {"push": 1, "hybrid": 1, "datatype": 4, "pack": 9},
+    ]
     chosen, table, _ = _measure(costs)
     assert chosen == "datatype"
     assert [(label, t) for label, t, _ in table] == [("push", 6), ("hybrid", 5), ("datatype", 4), ("pack", 9)]
@@ -66,9 +68,17 @@ def test_ties_go_to_the_earlier_candidate():
 
 def test_the_budget_stops_measuring_between_candidates(monkeypatch):
     monkeypatch.setattr(tune, "timer", lambda label, dt: dt)  # spent = what run() returns
-    costs = [{"push": 4, "hybrid": 4, "datatype": 1, "pack": 1}, {"push": 4, "hybrid": 5, "datatype": 1, "pack": 1}]
+    costs = [
+        {"push": 4, "hybrid": 4, "datatype": 1, "pack": 1},
+        {"push": 4, "hybrid": 5, "datatype": 1, "pack": 1},
+    ]
     chosen, table, spent = _measure(costs, budget=10)
-    assert [note for _, _, note in table] == ["", "", "", "skipped: budget"]  # max(4, 4) + max(4, 5) + 1 >= 10 before pack
+    assert [note for _, _, note in table] == [
+        "",
+        "",
+        "",
+        "skipped: budget",
+    ]  # max(4, 4) + max(4, 5) + 1 >= 10 before pack
     assert chosen == "datatype" and spent == 10
     chosen, table, _ = _measure(costs, budget=1e-9)  # the first candidate is always measured
     assert chosen == "push" and [t is None for _, t, _ in table] == [False, True, True, True]
@@ -103,7 +113,8 @@ def _lower_everywhere(mode, costs, calls, labels=("push", "hybrid", "pack")):
         local.rank = r
         module = types.SimpleNamespace(
             candidates=lambda plan, ctx, o: [tune.Candidate(m, (("host_method", m),)) for m in labels],
-            lower=lambda plan, ctx, o: _Exe(o.host_method, calls[r]))
+            lower=lambda plan, ctx, o: _Exe(o.host_method, calls[r]),
+        )
         ctx = Context(comm, tune_environment=dict(ENV, nranks=len(costs), nodes=[0] * len(costs)))
         boxes = slab_boxes((6, 5, 4), len(costs), 0)
         plan = make_plan(r, boxes, slab_boxes((6, 5, 4), len(costs), 1), itemsize=8)
@@ -137,7 +148,7 @@ def test_a_stored_choice_that_is_no_candidate_here_is_measured_again():
     costs = [{"push": 3, "hybrid": 2, "pack": 4}] * 2
     calls = [[], []]
     _lower_everywhere("wisdom", costs, calls)
-    (k, e), = wisdom.entries()
+    ((k, e),) = wisdom.entries()
     wisdom.store(k, dataclasses.replace(e, choice="alltoallw"))
     calls[:] = [[], []]
     exes = _lower_everywhere("wisdom", costs, calls)
@@ -149,13 +160,18 @@ def test_cuda_candidates_transport_signal_kernel_variant():
 
     def labels(shared, **kw):
         rt = types.SimpleNamespace(shared_gpu=shared, nranks=2)
-        return [c.label for c in candidates(None, types.SimpleNamespace(cuda=rt), LowerOptions(backend="cuda", **kw))]
+        return [
+            c.label
+            for c in candidates(None, types.SimpleNamespace(cuda=rt), LowerOptions(backend="cuda", **kw))
+        ]
 
     every = labels(False)
     assert every[0] == "auto/epoch/v16" and len(every) == len(set(every)) == 2 * 2 * 3
     assert all(label.split("/")[1] == "epoch" for label in labels(True))  # no barrier with a shared GPU
     assert {label.split("/")[0] for label in labels(False, transport="put")} == {"put"}
-    cand = tune.Candidate("put/barrier/v4", (("transport", "put"), ("signal", "barrier"), ("vector_bytes", 4)))
+    cand = tune.Candidate(
+        "put/barrier/v4", (("transport", "put"), ("signal", "barrier"), ("vector_bytes", 4))
+    )
     opts = cand.options(LowerOptions(backend="cuda", tune="measure"))
     assert (opts.transport, opts.signal, opts.vector_bytes, opts.tune) == ("put", "barrier", 4, "estimate")
 
@@ -168,7 +184,9 @@ def _key(**kw):
 
 
 def _stored():
-    wisdom.store(_key(), wisdom.Entry("pack", (("push", 2e-5, ""), ("pack", 1e-5, ""), ("hybrid", None, "x")), 0.1))
+    wisdom.store(
+        _key(), wisdom.Entry("pack", (("push", 2e-5, ""), ("pack", 1e-5, ""), ("hybrid", None, "x")), 0.1)
+    )
     return wisdom.dumps()
 
 
@@ -183,11 +201,17 @@ def test_wisdom_round_trip():
     assert wisdom.lookup(dict(reversed(list(_key().items())))).choice == "pack"  # key order is irrelevant
 
 
-@pytest.mark.parametrize("text, why", [
-    ("", "corrupt"), ("{\"format\": \"redist-wisdom\", \"version\": 1, \"entr", "corrupt"), ("[1, 2]", "not a redist"),
-    ('{"format": "fftw"}', "not a redist"), ('{"format": "redist-wisdom", "version": 99, "entries": []}', "version 99"),
-    ('{"format": "redist-wisdom", "version": 1, "entries": {}}', "corrupt"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", "corrupt"),
+        ('{"format": "redist-wisdom", "version": 1, "entr', "corrupt"),
+        ("[1, 2]", "not a redist"),
+        ('{"format": "fftw"}', "not a redist"),
+        ('{"format": "redist-wisdom", "version": 99, "entries": []}', "version 99"),
+        ('{"format": "redist-wisdom", "version": 1, "entries": {}}', "corrupt"),
+    ],
+)
 def test_a_corrupt_wisdom_file_gives_nothing_and_a_reason(text, why):
     kept, dropped = wisdom.loads(text, ENV)
     assert kept == [] and len(dropped) == 1 and why in dropped[0]
@@ -201,7 +225,12 @@ def test_stale_foreign_and_malformed_entries_are_dropped():
     doc["entries"] += [stale, foreign, {"key": 3}, dict(good, times="xx")]
     kept, dropped = wisdom.loads(json.dumps(doc), ENV)
     assert len(kept) == 1
-    assert ["stale" in dropped[0], "foreign" in dropped[1], "corrupt" in dropped[2], "corrupt" in dropped[3]] == [True] * 4
+    assert [
+        "stale" in dropped[0],
+        "foreign" in dropped[1],
+        "corrupt" in dropped[2],
+        "corrupt" in dropped[3],
+    ] == [True] * 4
 
 
 def test_write_atomic_replaces_and_leaves_no_temporary(tmp_path):
