@@ -300,8 +300,15 @@ class Redistribute(Generic[ArrayT]):
     def plan_description(self) -> str:
         """The lowered plan as text (after :meth:`plan`)."""
         self._need_planned("describe")
-        tuning = getattr(self._exe, "tuning", None)  # what tune= measured and chose (engine/tune.py)
+        tuning = self.tuning
         return f"{self._plan.describe()}\n{self._exe.describe()}" + (f"\n{tuning.describe()}" if tuning else "")
+
+    @property
+    def tuning(self) -> Any:
+        """What ``tune="measure"``/``"wisdom"`` measured and chose at :meth:`plan` (``chosen``, ``times``:
+        per candidate the slowest rank's median in seconds, ``source``, ``describe()``); None with
+        ``tune="estimate"`` or before planning."""
+        return getattr(self._exe, "tuning", None)
 
     # --- state machine helpers --------------------------------------------------------------
 
