@@ -272,6 +272,33 @@ def _allocate_symmetric_memory(ptr_p, nbytes):
     return 0
 
 
+def _wisdom_path(path) -> str:
+    if not redist.is_initialized():
+        raise E.NotInitializedError("call redist_initialize() first")
+    return "" if not path else _ffi.string(path).decode(errors="surrogateescape")
+
+
+def _export_wisdom(path, entries_p):
+    n = redist.export_wisdom(_wisdom_path(path))  # collective; an empty path raises on every rank
+    if entries_p:
+        entries_p[0] = n
+    return 0
+
+
+def _import_wisdom(path, entries_p):
+    n = redist.import_wisdom(_wisdom_path(path))
+    if entries_p:
+        entries_p[0] = n
+    return 0
+
+
+def _forget_wisdom():
+    if not redist.is_initialized():
+        raise E.NotInitializedError("call redist_initialize() first")
+    redist.forget_wisdom()
+    return 0
+
+
 def _free_symmetric_memory(ptr):
     heap, failure = _heap(), None
     part = _symmetric.get(int(ptr))
@@ -286,8 +313,16 @@ def _free_symmetric_memory(ptr):
 _TRANSPORTS = ("auto", "push", "put")
 _HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw", "push")
 _SIGNALS = ("epoch", "barrier")  # redist_signal_t order
-_OPTIONS_VERSION = 2
+_TUNES = ("estimate", "measure", "wisdom")  # redist_tune_t order
+_OPTIONS_VERSION = 4
 _V1_SIZE = 8 + 6 * 4  # struct_size, version .. signal: what version 1 of redist_options_t holds
+
+
+def _sizes() -> dict[int, int]:
+    """The bytes of each version of redist_options_t this library reads: version 2 ends with
+    ``allow_overlap`` (padded to the struct's 8-byte alignment), the newest is the whole struct."""
+    v2 = -(-(_ffi.offsetof("redist_options_t", "allow_overlap") + 4) // 8) * 8
+    return {1: _V1_SIZE, 2: v2, _OPTIONS_VERSION: _ffi.sizeof("redist_options_t")}
 
 
 def _options(ptr, order: int) -> dict:
@@ -299,15 +334,14 @@ def _options(ptr, order: int) -> dict:
     if not ptr:
         return {"result_layout": "C"}
     size = int(ptr.struct_size)
-    want = _ffi.sizeof("redist_options_t")
     version = int(ptr.version)
-    if version not in (1, _OPTIONS_VERSION):
-        raise ValueError(f"options->version is {version}; this library knows versions 1 and {_OPTIONS_VERSION} "
+    sizes = _sizes()
+    if version not in sizes:
+        raise ValueError(f"options->version is {version}; this library knows versions {sorted(sizes)} "
                          "(initialize the options with redist_options_init())")
-    if size != (want if version == _OPTIONS_VERSION else _V1_SIZE):
+    if size != sizes[version]:
         raise ValueError(f"options->struct_size is {size}, but redist_options_t version {version} has "
-                         f"{want if version == _OPTIONS_VERSION else _V1_SIZE} bytes: initialize the options with "
-                         "redist_options_init()")
+                         f"{sizes[version]} bytes: initialize the options with redist_options_init()")
     if ptr.order not in (0, 1):
         raise ValueError(f"options->order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {ptr.order}")
     if not 0 <= ptr.transport < len(_TRANSPORTS):
@@ -331,9 +365,14 @@ def _options(ptr, order: int) -> dict:
     overlap = int(ptr.allow_overlap) if version >= 2 else 0
     if overlap not in (0, 1):
         raise ValueError(f"options->allow_overlap must be 0 or 1, got {overlap}")
+    tune, budget = (int(ptr.tune), float(ptr.tune_budget)) if version >= 4 else (0, 0.0)  # never read past older structs
+    if not 0 <= tune < len(_TUNES):
+        raise ValueError(f"options->tune must be a redist_tune_t (0..2), got {tune}")
+    if not (budget == 0 or budget > 0):  # NaN too
+        raise ValueError(f"options->tune_budget must be 0 (the default) or seconds > 0, got {budget}")
     return {"result_layout": layout, "allow_overlap": bool(overlap), "transport": _TRANSPORTS[ptr.transport],
             "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto",
-            "signal": _SIGNALS[ptr.signal]}
+            "signal": _SIGNALS[ptr.signal], "tune": _TUNES[tune], "tune_budget": budget or 10.0}
 
 
 def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_sizes, order,
@@ -612,6 +651,9 @@ _BODIES = {
     "_redist_py_comm_rank": _comm_rank,
     "_redist_py_allocate_symmetric_memory": _allocate_symmetric_memory,
     "_redist_py_free_symmetric_memory": _free_symmetric_memory,
+    "_redist_py_export_wisdom": _export_wisdom,
+    "_redist_py_import_wisdom": _import_wisdom,
+    "_redist_py_forget_wisdom": _forget_wisdom,
     "_redist_py_create": _create,
     "_redist_py_create_fields": _create_fields,
     "_redist_py_plan": _plan,

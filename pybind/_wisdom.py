@@ -31,6 +31,8 @@ _log = logging.getLogger("redist")
 def _path(path: Any) -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidTypeError(f"a wisdom path must be a str or os.PathLike, got {type(path).__name__}")
+    if not os.fspath(path):
+        raise InvalidValueError("a wisdom path must not be empty (NULL from C)")
     return os.fspath(path)
 
 
@@ -47,7 +49,7 @@ def import_wisdom(path: str | os.PathLike, /) -> int:
     text, failure = None, None
     try:
         path = _path(path)
-    except InvalidTypeError as e:
+    except (InvalidTypeError, InvalidValueError) as e:
         failure = e
     env = wisdom.environment(ctx)  # collective the first time
     if failure is None and comm.Get_rank() == 0:
@@ -71,16 +73,15 @@ def export_wisdom(path: str | os.PathLike, /) -> int:
     """Collective: write this job's wisdom (rank 0's) to ``path`` atomically; how many entries.
     A path that cannot be written raises InvalidValueError on every rank."""
     comm = _comm().comm
-    failure, n = None, 0
-    try:
+    with collective.attempt(comm):  # a bad path anywhere: nothing is written
         path = _path(path)
-        if comm.Get_rank() == 0:
+    failure, n = None, 0
+    if comm.Get_rank() == 0:
+        try:
             n = len(wisdom.entries())
             wisdom.write_atomic(path, wisdom.dumps())
-    except InvalidTypeError as e:
-        failure = e
-    except OSError as e:
-        failure = InvalidValueError(f"cannot write the wisdom file {path}: {e}")
+        except OSError as e:
+            failure = InvalidValueError(f"cannot write the wisdom file {path}: {e}")
     return collective.agree(comm, failure, n)[0]
 
 
