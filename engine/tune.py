@@ -148,24 +148,32 @@ def measure(comm: Any, candidates: Sequence[Candidate], run: Callable[[Candidate
     return chosen, tuple(table), spent
 
 
+def _from_wisdom(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: ModuleType,
+                 key: dict[str, Any]) -> Executable | None:
+    """Collective: the executable of rank 0's stored answer for ``key``, or None (nothing stored, or
+    the backend refuses the stored route here: logged, then measured). Nothing is timed, and the
+    candidates are not listed: a hit costs one lookup, one small allgather and the lowering."""
+    stored = collective.agree(ctx.comm, None, wisdom.lookup(key))[0]  # rank 0's wisdom
+    if stored is None:
+        return None
+    try:
+        exe = module.lower(plan, ctx, Candidate(stored.choice, stored.fields).options(options))
+    except (NotSupportedError, InvalidValueError) as e:  # raised on every rank alike
+        if options.logger is not None:
+            options.logger.warning("redist tune: ignoring the stored choice %r (%s); measuring", stored.choice, e)
+        return None
+    exe.tuning = Tuning(options.tune, "wisdom", stored.choice, stored.times, stored.spent, options.tune_budget)
+    return exe
+
+
 def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: ModuleType) -> Executable:
     """Collective: lower ``plan`` with the candidate of ``module`` that ``options.tune`` picks (see the
     module docstring); the executable carries the record as ``exe.tuning``."""
     comm = ctx.comm
     logger = options.logger
-    candidates = module.candidates(plan, ctx, options)  # the same list on every rank
-    by_label = {c.label: c for c in candidates}
     key = wisdom.key(plan, ctx, options)
-    stored = wisdom.lookup(key) if options.tune == "wisdom" else None
-    stored = collective.agree(comm, None, stored)[0]  # rank 0's wisdom
-    if stored is not None and stored.choice not in by_label:
-        if logger is not None:
-            logger.warning("redist tune: ignoring the stored choice %r (not a candidate here: %s)", stored.choice,
-                           ", ".join(by_label))
-        stored = None
-    if stored is not None:
-        record = Tuning(options.tune, "wisdom", stored.choice, stored.times, stored.spent, options.tune_budget)
-    else:
+    exe = _from_wisdom(plan, ctx, options, module, key) if options.tune == "wisdom" else None
+    if exe is None:
         inputs = list(options.inputs)
         if not inputs:
             if options.backend != "host":  # device operands are the caller's to give
@@ -181,13 +189,14 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
             finally:
                 exe.free()
 
+        candidates = module.candidates(plan, ctx, options)  # the same list on every rank
         chosen, times, spent = measure(comm, candidates, run, options.tune_budget)
         if chosen is None:  # every candidate refused: the heuristic's route raises what it raises
             return module.lower(plan, ctx, dataclasses.replace(options, tune="estimate", inputs=()))
-        record = Tuning(options.tune, "measured", chosen, times, spent, options.tune_budget)
-        wisdom.store(key, wisdom.Entry(chosen, times, spent))
-    exe = module.lower(plan, ctx, by_label[record.chosen].options(options))
-    exe.tuning = record
+        winner = next(c for c in candidates if c.label == chosen)
+        wisdom.store(key, wisdom.Entry(chosen, times, spent, winner.fields))
+        exe = module.lower(plan, ctx, winner.options(options))
+        exe.tuning = Tuning(options.tune, "measured", chosen, times, spent, options.tune_budget)
     if logger is not None and logger.isEnabledFor(logging.INFO):
-        logger.info("redist %s: %s", options.backend, record.describe().replace("\n", "\n    "))
+        logger.info("redist %s: %s", options.backend, exe.tuning.describe().replace("\n", "\n    "))
     return exe

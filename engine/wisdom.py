@@ -11,7 +11,7 @@ every rank holds rank 0's wisdom.
 
 Files (:func:`dumps`, :func:`loads`, :func:`write_atomic`) are JSON: ``{"format": "redist-wisdom",
 "version": 1, "entries": [{"key": {...}, "choice": ..., "times": [[label, seconds, note], ...],
-"spent": seconds}, ...]}``. :func:`loads` never raises on content: a corrupt file, an entry of
+"spent": seconds, "fields": [[name, value], ...]}, ...]}``. :func:`loads` never raises on content: a corrupt file, an entry of
 another redist version (stale) or of another MPI library (foreign) is dropped with a reason the
 caller logs. :func:`write_atomic` writes a temporary file beside the target and renames it over
 the target (``os.replace``): a job that dies while writing leaves the old file or the new one.
@@ -36,17 +36,21 @@ __all__ = ["Entry", "FORMAT", "VERSION", "dumps", "environment", "forget", "key"
 
 FORMAT = "redist-wisdom"
 VERSION = 1
+#: the LowerOptions fields an entry may set, and their types (what a file may not go beyond)
+FIELDS = {"host_method": str, "transport": str, "signal": str, "vector_bytes": int}
 
 Times = tuple[tuple[str, "float | None", str], ...]
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A stored answer: the chosen candidate's label, the table that chose it, seconds measured."""
+    """A stored answer: the chosen candidate's label, the table that chose it, seconds measured, and
+    the chosen candidate's :class:`~redist.engine.backend.LowerOptions` fields (what a hit lowers)."""
 
     choice: str
     times: Times
     spent: float
+    fields: tuple[tuple[str, Any], ...] = ()
 
 
 _table: dict[str, tuple[dict[str, Any], Entry]] = {}  # canonical key -> (key, entry)
@@ -135,17 +139,20 @@ def key(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> dict[str
 
 def dumps() -> str:
     """This process's wisdom as the text of a wisdom file."""
-    rows = [{"key": k, "choice": e.choice, "times": [list(t) for t in e.times], "spent": e.spent}
-            for k, e in entries()]
+    rows = [{"key": k, "choice": e.choice, "times": [list(t) for t in e.times], "spent": e.spent,
+             "fields": [list(f) for f in e.fields]} for k, e in entries()]
     return json.dumps({"format": FORMAT, "version": VERSION, "entries": rows}, indent=1, sort_keys=True) + "\n"
 
 
 def _entry(row: Any) -> tuple[dict[str, Any], Entry]:
-    k, choice, times, spent = row["key"], row["choice"], row["times"], row["spent"]
+    k, choice, times, spent, fields = row["key"], row["choice"], row["times"], row["spent"], row["fields"]
     if not (isinstance(k, dict) and isinstance(choice, str) and isinstance(spent, (int, float))):
         raise TypeError("malformed entry")
     table = tuple((str(label), None if t is None else float(t), str(note)) for label, t, note in times)
-    return k, Entry(choice, table, float(spent))
+    chosen = tuple((name, value) for name, value in fields)
+    if not all(name in FIELDS and isinstance(value, FIELDS[name]) for name, value in chosen):
+        raise TypeError("an unknown or mistyped field")
+    return k, Entry(choice, table, float(spent), chosen)
 
 
 def loads(text: str, here: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], Entry]], list[str]]:

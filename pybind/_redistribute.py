@@ -236,7 +236,7 @@ class Redistribute(Generic[ArrayT]):
         if self._fresh and op.package == "raw":
             raise NotSupportedError('result="fresh" needs numpy, torch or cupy operands (a RawArray has no allocator)')
         self._last_stream = self._last_handle = None
-        self._plan = self._release = None
+        self._plan = self._release = self._tuning = None
         self._state = _State.NEW
         self._serial = _runtime._register(self)
         if self._logger.isEnabledFor(logging.INFO):
@@ -308,7 +308,7 @@ class Redistribute(Generic[ArrayT]):
         """What ``tune="measure"``/``"wisdom"`` measured and chose at :meth:`plan` (``chosen``, ``times``:
         per candidate the slowest rank's median in seconds, ``source``, ``describe()``); None with
         ``tune="estimate"`` or before planning."""
-        return getattr(self._exe, "tuning", None)
+        return self._tuning
 
     # --- state machine helpers --------------------------------------------------------------
 
@@ -367,6 +367,7 @@ class Redistribute(Generic[ArrayT]):
             results = tuple(as_array(exe.results[f], t, owner=exe) for f, t in enumerate(self._templates))
             self._result = results if self._fields else results[0]
         self._plan, self._exe = plan, exe
+        self._tuning = getattr(exe, "tuning", None)  # engine/tune.py's record (kept after free())
         self._release = exe.release_captured  # still callable after free()
         if not self._streams and self._replayable and not self._fresh:
             self._replays = backend.replays(self._serial, self._fields, self._nfields, ctx.process_group.nranks)

@@ -105,15 +105,25 @@ class _Exe:
         pass
 
 
-def _lower_everywhere(mode, costs, calls, labels=("push", "hybrid", "pack")):
-    """tune.lower on every rank over a fake backend whose candidates are ``labels``."""
+def _lower_everywhere(mode, costs, calls, labels=("push", "hybrid", "pack"), listed=None):
+    """tune.lower on every rank over a fake backend whose candidates are ``labels`` (any other
+    method: refused on every rank, as a backend refuses); ``listed`` counts its candidates() calls."""
     local = threading.local()
+
+    def fake_lower(calls, o):
+        if o.host_method not in labels:
+            raise NotSupportedError(f"{o.host_method} cannot run here")
+        return _Exe(o.host_method, calls)
+
+    def candidates(plan, ctx, o):
+        if listed is not None:
+            listed.append(1)
+        return [tune.Candidate(m, (("host_method", m),)) for m in labels]
 
     def rank(comm, r):
         local.rank = r
         module = types.SimpleNamespace(
-            candidates=lambda plan, ctx, o: [tune.Candidate(m, (("host_method", m),)) for m in labels],
-            lower=lambda plan, ctx, o: _Exe(o.host_method, calls[r]),
+            candidates=candidates, lower=lambda plan, ctx, o: fake_lower(calls[r], o)
         )
         ctx = Context(comm, tune_environment=dict(ENV, nranks=len(costs), nodes=[0] * len(costs)))
         boxes = slab_boxes((6, 5, 4), len(costs), 0)
@@ -137,19 +147,22 @@ def test_lower_measures_stores_and_wisdom_answers_without_timing():
     assert rec.source == "measured" and rec.chosen == "push" and "* push" in rec.describe()
     assert len(wisdom.entries()) == 1
     calls[:] = [[], []]
-    exes = _lower_everywhere("wisdom", costs, calls)  # the stored answer: nothing timed
-    assert calls == [[], []] and [e.tuning.source for e in exes] == ["wisdom", "wisdom"]
+    listed = []
+    exes = _lower_everywhere(
+        "wisdom", costs, calls, listed=listed
+    )  # the stored answer: nothing timed or listed
+    assert calls == [[], []] and [e.tuning.source for e in exes] == ["wisdom", "wisdom"] and not listed
     assert exes[1].tuning.chosen == "push" and "from wisdom" in exes[1].tuning.describe()
     exes = _lower_everywhere("measure", costs, calls)  # measure always measures
     assert calls[0] and exes[0].tuning.source == "measured"
 
 
-def test_a_stored_choice_that_is_no_candidate_here_is_measured_again():
+def test_a_stored_choice_the_backend_refuses_here_is_measured_again():
     costs = [{"push": 3, "hybrid": 2, "pack": 4}] * 2
     calls = [[], []]
     _lower_everywhere("wisdom", costs, calls)
     ((k, e),) = wisdom.entries()
-    wisdom.store(k, dataclasses.replace(e, choice="alltoallw"))
+    wisdom.store(k, dataclasses.replace(e, choice="alltoallw", fields=(("host_method", "alltoallw"),)))
     calls[:] = [[], []]
     exes = _lower_everywhere("wisdom", costs, calls)
     assert exes[0].tuning.source == "measured" and exes[0].label == "hybrid" and calls[0]
@@ -185,7 +198,13 @@ def _key(**kw):
 
 def _stored():
     wisdom.store(
-        _key(), wisdom.Entry("pack", (("push", 2e-5, ""), ("pack", 1e-5, ""), ("hybrid", None, "x")), 0.1)
+        _key(),
+        wisdom.Entry(
+            "pack",
+            (("push", 2e-5, ""), ("pack", 1e-5, ""), ("hybrid", None, "x")),
+            0.1,
+            (("host_method", "pack"),),
+        ),
     )
     return wisdom.dumps()
 
@@ -222,15 +241,17 @@ def test_stale_foreign_and_malformed_entries_are_dropped():
     good = doc["entries"][0]
     stale = dict(good, key=dict(good["key"], redist="0.0.9"))
     foreign = dict(good, key=dict(good["key"], mpi="Open MPI v4.1.4"))
-    doc["entries"] += [stale, foreign, {"key": 3}, dict(good, times="xx")]
+    odd = [
+        {"key": 3},
+        dict(good, times="xx"),
+        dict(good, fields=[["logger", "x"]]),
+        dict(good, fields=[["vector_bytes", "16"]]),
+    ]  # an unknown field, a mistyped one
+    doc["entries"] += [stale, foreign, *odd]
     kept, dropped = wisdom.loads(json.dumps(doc), ENV)
-    assert len(kept) == 1
-    assert [
-        "stale" in dropped[0],
-        "foreign" in dropped[1],
-        "corrupt" in dropped[2],
-        "corrupt" in dropped[3],
-    ] == [True] * 4
+    assert len(kept) == 1 and kept[0][1].fields == (("host_method", "pack"),)
+    assert "stale" in dropped[0] and "foreign" in dropped[1], dropped
+    assert len(dropped) == 6 and all("corrupt" in why for why in dropped[2:]), dropped
 
 
 def test_write_atomic_replaces_and_leaves_no_temporary(tmp_path):

@@ -133,7 +133,7 @@ def wisdom_round_trip(report):
     )
     if rank == P - 1:  # this rank's wisdom says otherwise: rank 0's decides
         for k, e in wisdom.entries():
-            wisdom.store(k, wisdom.Entry("datatype", e.times, e.spent))
+            wisdom.store(k, wisdom.Entry("datatype", e.times, e.spent, (("host_method", "datatype"),)))
     got = run(report, prob, {"tune": "wisdom"}, "rank 0's wisdom")[0]
     report.check(comm.allgather(got.chosen) == ["pack"] * P, f"rank 0's wisdom says pack, got {got.chosen}")
     if rank == 0:
