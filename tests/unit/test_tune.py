@@ -295,3 +295,28 @@ wisdom.write_atomic({str(path)!r}, wisdom.dumps())
     assert len(os.listdir(tmp_path)) == 2  # the dead writer's temporary is left beside it
     kept, dropped = wisdom.loads(path.read_text(), ENV)
     assert len(kept) == 1 and not dropped
+
+
+def test_the_info_log_shows_the_table(caplog):
+    import logging
+
+    logger = logging.getLogger("redist-tune-test")
+    local = threading.local()
+    costs = {"push": 3, "hybrid": 2}
+
+    def rank(comm, r):
+        local.rank = r
+        module = types.SimpleNamespace(
+            candidates=lambda plan, ctx, o: [tune.Candidate(m, (("host_method", m),)) for m in costs],
+            lower=lambda plan, ctx, o: _Exe(o.host_method, []),
+        )
+        ctx = Context(comm, tune_environment=dict(ENV, nranks=1, nodes=[0]))
+        plan = make_plan(0, [((0,), (4,))], [((0,), (4,))], itemsize=8)
+        return tune.lower(plan, ctx, LowerOptions(tune="measure", logger=logger), module)
+
+    tune.timer = lambda label, dt: costs[label] * 1e-6
+    with caplog.at_level(logging.INFO, logger="redist-tune-test"):
+        (exe,), excs = run_ranks(1, rank)
+    assert not any(excs) and exe.label == "hybrid"
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "tune='measure': chose hybrid" in text and "* hybrid" in text and "push" in text, text
