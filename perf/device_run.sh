@@ -40,8 +40,8 @@ for s in "$@"; do
     timeout 300 $MPI -n 1 python3 perf/bench_capture.py --out "$OUT/bench_capture.md" 2>&1 | tail -30 ;;
   autotune)
     step "tune= on GPUs (#47): P=1, then 2 ranks sharing the GPU; the CLI's table at P=1"
-    timeout ${TUNE_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_tune.py -k P1 2>&1 | tee "$OUT/pytest_tune.txt" | tail -8
-    REDIST_SHARED_GPU=1 timeout ${TUNE_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_tune.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_tune.txt" | tail -8
+    timeout ${TUNE_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda_tune.py -k P1 2>&1 | tee "$OUT/pytest_tune.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout ${TUNE_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda_tune.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_tune.txt" | tail -8
     for n in 64 256; do
       timeout 300 $MPI -n 1 python3 -m redist tune --in-place --gpu --shape $n $n $n --dtype complex128 2>&1 | tee -a "$OUT/tune_gpu.txt" | tail -20
     done ;;

@@ -357,8 +357,8 @@ class Redistribute(Generic[ArrayT]):
                 backend=self._backend, transport=o.transport, host_method=o.host_method, signal=o.signal,
                 blocking=o.blocking is True,
                 logger=self._logger if self._logger.isEnabledFor(logging.INFO) else None,
-                **(_wisdom.tune_options(o, self._templates, self._all_strides, self._objects())
-                   if o.tune != "estimate" and self._state is _State.NEW else {"tune": o.tune}))
+                **_wisdom.tune_options(o, self._templates, self._all_strides,
+                                       self._objects() if self._state is _State.NEW else ()))
         exe = backend.lower(plan, ctx.engine, lower_opts)
         with collective.attempt(ctx.engine.comm, on_failure=exe.free):  # roll back on every rank
             if self._state is _State.NEW:

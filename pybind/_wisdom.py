@@ -118,8 +118,12 @@ _runtime.add_runtime_hooks(on_initialize=_on_initialize, on_finalize=_on_finaliz
 def tune_options(options: Any, templates: list, all_strides: list, objects: tuple) -> dict[str, Any]:
     """The :class:`~redist.engine.backend.LowerOptions` fields of ``tune``: the mode, the budget,
     the key's signature beyond the plan (dtypes, every rank's operand strides per field, the options
-    that change the exchange) and the operands to time the candidates with."""
+    that change the exchange) and the operands to time the candidates with (none when released:
+    host backends time with scratch operands)."""
     from ._operands import wrap
+
+    if options.tune == "estimate":
+        return {}
 
     fixed = ", ".join(f"{k}={getattr(options, k)!r}" for k in ("execution", "result_layout", "result",
                                                               "allow_overlap", "blocking", "signal"))

@@ -154,9 +154,30 @@ def wisdom_round_trip(report):
     del os.environ["REDIST_WISDOM"]
 
 
+def released_before_plan(report):
+    """An operand released before plan(): the candidates are timed on scratch operands, the same key."""
+    g = (10, 9, 8)
+    G = global_values(g, np.float64)
+    ib, ob = helpers.slab_boxes(g, P, 0), helpers.slab_boxes(g, P, 1)
+    a = np.ascontiguousarray(G[sl(ib[rank])])
+    clock(lambda label: 5)
+    with Redistribute(a, Box(*ib[rank]), Box(*ob[rank]), options={"tune": "measure"}) as r:
+        r.release_operand()
+        r.plan()
+        r.reset_operand(a)
+        report.check(same_bits(r.execute(), G[sl(ob[rank])]), "released before plan: result differs")
+        report.check(r.tuning.source == "measured" and len(calls) > 0, f"released before plan: {r.tuning}")
+    del calls[:]
+    with Redistribute(a, Box(*ib[rank]), Box(*ob[rank]), options={"tune": "wisdom"}) as r:
+        r.plan()  # the same key as with the operand bound
+        report.check(
+            r.tuning.source == "wisdom" and not calls, f"the released object's key differs: {r.tuning}"
+        )
+
+
 def main() -> int:
     report = Report(comm)
-    for part in (every_candidate_wins_once, slowest_rank_decides, wisdom_round_trip):
+    for part in (every_candidate_wins_once, slowest_rank_decides, released_before_plan, wisdom_round_trip):
         try:
             part(report)
         except Exception:  # noqa: BLE001

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""GPU worker for tests/gpu/test_tune.py (issue #47): ``mpiexec -n P python tune_worker.py``.
+"""GPU worker for tests/gpu/test_cuda_tune.py (issue #47): ``mpiexec -n P python cuda_tune_worker.py``.
 
 ``RedistributeOptions(tune="measure")`` on cupy operands: every candidate (transport x signal x
 kernel variant) is measured on the real GPU, then, with an injected clock (redist.engine.tune.timer),
@@ -49,7 +49,7 @@ def main() -> int:
             got = cp.asnumpy(r.execute(sync_symmetric_memory=True))
             cp.cuda.runtime.deviceSynchronize()
             report.check(np.array_equal(got, want), f"{dtype.__name__} {label}: result differs")
-            out = redist.allocate_symmetric_memory(want.shape, cp, dtype=dtype)
+            out = redist.allocate_symmetric_memory(want.shape, cp, dtype=dtype, make_symmetric=True)
             r.execute(out=out)
             cp.cuda.runtime.deviceSynchronize()
             report.check(np.array_equal(cp.asnumpy(out), want), f"{dtype.__name__} {label}: out= differs")
@@ -64,7 +64,7 @@ def main() -> int:
             print(real.describe(), flush=True)
         labels = [label for label, t, _ in real.times if t is not None]
         report.check(len(labels) >= 3, f"too few candidates measured: {real.times}")
-        for label in labels:
+        for label in labels if dtype is np.float64 else labels[-1:]:  # every one wins once (float64)
             tune.timer = lambda x, dt, label=label: 1e-6 if x == label else 5e-6
             got = planned({"tune": "measure", "blocking": True}, label)
             report.check(got.chosen == label, f"chose {got.chosen}, {label} was fastest")
