@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """RedistributeOptions(tune=...) and wisdom on the host backend (run under mpiexec by
-tests/mpi/test_tune.py), with an injected clock (redist.engine.tune.timer) so that the winner is
+tests/mpi/test_autotune.py), with an injected clock (redist.engine.tune.timer) so that the winner is
 chosen by the test: every candidate wins once on fuzzed problems and stays bit-exact; ranks that
 alone would pick different winners pick the slowest rank's; wisdom export / import / forget, rank
 0's wisdom deciding, a corrupt file, and REDIST_WISDOM across finalize()/initialize()."""
