@@ -45,6 +45,7 @@ typedef struct redist_options_s {
     int32_t result_order[16];
     int32_t allow_overlap;
     int32_t tune;
+    int32_t tune_out;
     double tune_budget;
 } redist_options_t;
 extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,

@@ -370,9 +370,13 @@ def _options(ptr, order: int) -> dict:
         raise ValueError(f"options->tune must be a redist_tune_t (0..2), got {tune}")
     if not (budget == 0 or budget > 0):  # NaN too
         raise ValueError(f"options->tune_budget must be 0 (the default) or seconds > 0, got {budget}")
+    tune_out = int(ptr.tune_out) if version >= 4 else 0
+    if tune_out not in (0, 1):
+        raise ValueError(f"options->tune_out must be 0 or 1, got {tune_out}")
     return {"result_layout": layout, "allow_overlap": bool(overlap), "transport": _TRANSPORTS[ptr.transport],
             "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto",
-            "signal": _SIGNALS[ptr.signal], "tune": _TUNES[tune], "tune_budget": budget or 10.0}
+            "signal": _SIGNALS[ptr.signal], "tune": _TUNES[tune], "tune_budget": budget or 10.0,
+            "tune_out": bool(tune_out)}
 
 
 def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_sizes, order,

@@ -94,6 +94,7 @@ module redist
     integer(c_int32_t) :: result_order(16) = 0_c_int32_t  !< C's view: 0-based axes, slowest first
     integer(c_int32_t) :: allow_overlap = 0_c_int32_t !< 1: boxes may overlap (allgather, halos, replicas)
     integer(c_int32_t) :: tune = 0_c_int32_t          !< REDIST_TUNE_* (version 4)
+    integer(c_int32_t) :: tune_out = 0_c_int32_t      !< 1: tune times calls into an out (version 4)
     real(c_double) :: tune_budget = 0.0_c_double       !< seconds of measuring per plan; 0: 10 (version 4)
   end type redist_options_t
 
@@ -580,6 +581,7 @@ contains
     options%result_order = 0_c_int32_t
     options%allow_overlap = 0_c_int32_t
     options%tune = REDIST_TUNE_ESTIMATE
+    options%tune_out = 0_c_int32_t
     options%tune_budget = 0.0_c_double
   end subroutine redist_options_init_f
 

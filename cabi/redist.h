@@ -139,6 +139,9 @@ typedef struct redist_options_s {
     int32_t allow_overlap;
     /** ::redist_tune_t; default ESTIMATE. (version 4) */
     int32_t tune;
+    /** 1: `tune` times calls into an `out` (as redist_execute with `out` does; on one node the
+     *  `push` routes into `out` are candidates too); 0 (default): into the result. (version 4) */
+    int32_t tune_out;
     /** Seconds of measuring one redist_plan() may spend; 0 (default): 10. (version 4) */
     double tune_budget;
 } redist_options_t;
@@ -148,7 +151,7 @@ static inline void redist_options_init(redist_options_t *options)
 {
     redist_options_t defaults = {sizeof(redist_options_t), REDIST_OPTIONS_VERSION, REDIST_ORDER_C,
                                  REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH, 0, {0}, 0,
-                                 REDIST_TUNE_ESTIMATE, 0.0};
+                                 REDIST_TUNE_ESTIMATE, 0, 0.0};
     *options = defaults;
 }
 

@@ -142,6 +142,10 @@ class LowerOptions:
     inputs: tuple[Buffer, ...] = ()
     #: CUDA: the widest vector (bytes) the copy kernels use (16, 8 or 4): the kernel variant
     vector_bytes: int = 16
+    #: tune: time calls into an out= (host: a private array per field) instead of the engine-owned result
+    tune_out: bool = False
+    #: host push: calls with an out= land in shared memory up to this many bytes received (None: push.LANDING_MAX)
+    push_landing_max: int | None = None
 
     def __post_init__(self) -> None:
         if self.tune not in TUNE_MODES:

@@ -62,7 +62,7 @@ class Candidate:
     fields: tuple[tuple[str, Any], ...]
 
     def options(self, base: LowerOptions, **more: Any) -> LowerOptions:
-        return dataclasses.replace(base, **dict(self.fields), tune="estimate", inputs=(), **more)
+        return dataclasses.replace(base, **dict(self.fields), tune="estimate", inputs=(), tune_out=False, **more)
 
 
 @dataclass(frozen=True)
@@ -99,11 +99,25 @@ def _scratch_inputs(plan: Plan | FusedPlan) -> list[Buffer]:
     return bufs
 
 
-def _time_candidate(exe: Executable, inputs: Sequence[Buffer], label: str) -> tuple[float, float]:
-    """Collective: warm up and time ``exe`` (every call agreed as execute() agrees): (this rank's
-    median, seconds this rank counts as spent)."""
+def _private_outs(plan: Plan | FusedPlan) -> list[Buffer]:
+    """Host arrays laid out like each field's result: the ``out=`` that ``tune_out`` times calls into."""
+    bufs = []
+    for p in plan.fields if isinstance(plan, FusedPlan) else (plan,):
+        lo, hi = byte_extent(p.out_shape, p.out_strides, p.itemsize)
+        arr = np.empty(max(hi - lo, 1), np.uint8)
+        bufs.append(Buffer(arr.ctypes.data - lo, tuple(p.out_shape), tuple(p.out_strides), p.itemsize, "cpu",
+                           owner=arr))
+    return bufs
+
+
+def _time_candidate(exe: Executable, inputs: Sequence[Buffer], outs: Sequence[Buffer],
+                    label: str) -> tuple[float, float]:
+    """Collective: warm up and time ``exe`` (every call agreed as execute() agrees), into ``outs``
+    where given: (this rank's median, seconds this rank counts as spent)."""
     for f, buf in enumerate(inputs):
         exe.bind_input(buf, f)
+    for f, buf in enumerate(outs):
+        exe.bind_output(buf, f)
     spent = 0.0
     for _ in range(WARMUP):
         t0 = time.perf_counter()
@@ -181,11 +195,12 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
                     logger.warning("redist tune: no operand bound at plan(): the heuristic's route, unmeasured")
                 return module.lower(plan, ctx, dataclasses.replace(options, tune="estimate", inputs=()))
             inputs = _scratch_inputs(plan)
+        outs = _private_outs(plan) if options.tune_out and options.backend == "host" else []
 
         def run(cand: Candidate) -> tuple[float, float]:
             exe = module.lower(plan, ctx, cand.options(options, blocking=True, logger=None))
             try:
-                return _time_candidate(exe, inputs, cand.label)
+                return _time_candidate(exe, inputs, outs, cand.label)
             finally:
                 exe.free()
 

@@ -126,8 +126,9 @@ def tune_options(options: Any, templates: list, all_strides: list, objects: tupl
         return {}
 
     fixed = ", ".join(f"{k}={getattr(options, k)!r}" for k in ("execution", "result_layout", "result",
-                                                              "allow_overlap", "blocking", "signal"))
+                                                              "allow_overlap", "blocking", "signal", "tune_out"))
     signature = (f"dtypes={[t.dtype_name for t in templates]}; strides={[list(map(list, s)) for s in all_strides]}; "
                  f"{fixed}")
-    return {"tune": options.tune, "tune_budget": options.tune_budget, "signature": signature,
+    return {"tune": options.tune, "tune_budget": options.tune_budget, "tune_out": options.tune_out,
+            "signature": signature,
             "inputs": tuple(wrap(obj).buffer for obj in objects)}

@@ -255,6 +255,7 @@ int main(int argc, char **argv)
             o.tune = 3;
         if (strcmp(name, "create_ex_tune_measure_ok") == 0) {
             o.tune = REDIST_TUNE_MEASURE;
+            o.tune_out = 1;
             o.tune_budget = 2.0;
         }
         if (strcmp(name, "create_ex_v2_struct_ok") == 0) { /* a program built against version 2 */
