@@ -88,25 +88,15 @@ class Tuning:
         return "\n".join([head, "    candidate        slowest rank's median"] + rows)
 
 
-def _scratch_inputs(plan: Plan | FusedPlan) -> list[Buffer]:
-    """Host operands to time with where the caller has none bound (released before plan())."""
+def _host_arrays(plan: Plan | FusedPlan, side: str) -> list[Buffer]:
+    """Engine-owned host arrays laid out as each field's operand (``side="in"``: what the candidates
+    are timed with where the caller has none bound) or result (``"out"``: the ``out=`` of ``tune_out``)."""
     bufs = []
     for p in plan.fields if isinstance(plan, FusedPlan) else (plan,):
-        lo, hi = byte_extent(p.in_shape, p.in_strides, p.itemsize)
+        shape, strides = (p.in_shape, p.in_strides) if side == "in" else (p.out_shape, p.out_strides)
+        lo, hi = byte_extent(shape, strides, p.itemsize)
         arr = np.zeros(max(hi - lo, 1), np.uint8)
-        bufs.append(Buffer(arr.ctypes.data - lo, tuple(p.in_shape), tuple(p.in_strides), p.itemsize, "cpu",
-                           owner=arr))
-    return bufs
-
-
-def _private_outs(plan: Plan | FusedPlan) -> list[Buffer]:
-    """Host arrays laid out like each field's result: the ``out=`` that ``tune_out`` times calls into."""
-    bufs = []
-    for p in plan.fields if isinstance(plan, FusedPlan) else (plan,):
-        lo, hi = byte_extent(p.out_shape, p.out_strides, p.itemsize)
-        arr = np.empty(max(hi - lo, 1), np.uint8)
-        bufs.append(Buffer(arr.ctypes.data - lo, tuple(p.out_shape), tuple(p.out_strides), p.itemsize, "cpu",
-                           owner=arr))
+        bufs.append(Buffer(arr.ctypes.data - lo, tuple(shape), tuple(strides), p.itemsize, "cpu", owner=arr))
     return bufs
 
 
@@ -194,8 +184,8 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
                 if logger is not None:
                     logger.warning("redist tune: no operand bound at plan(): the heuristic's route, unmeasured")
                 return module.lower(plan, ctx, dataclasses.replace(options, tune="estimate", inputs=()))
-            inputs = _scratch_inputs(plan)
-        outs = _private_outs(plan) if options.tune_out and options.backend == "host" else []
+            inputs = _host_arrays(plan, "in")
+        outs = _host_arrays(plan, "out") if options.tune_out and options.backend == "host" else []
 
         def run(cand: Candidate) -> tuple[float, float]:
             exe = module.lower(plan, ctx, cand.options(options, blocking=True, logger=None))
