@@ -30,6 +30,9 @@ extern "Python" int32_t _redist_py_finalize(void);
 extern "Python" int32_t _redist_py_comm_rank(int32_t *, int32_t *);
 extern "Python" int32_t _redist_py_allocate_symmetric_memory(uintptr_t *, int64_t);
 extern "Python" int32_t _redist_py_free_symmetric_memory(uintptr_t);
+extern "Python" int32_t _redist_py_export_wisdom(const char *, int32_t *);
+extern "Python" int32_t _redist_py_import_wisdom(const char *, int32_t *);
+extern "Python" int32_t _redist_py_forget_wisdom(void);
 typedef struct redist_options_s {
     size_t struct_size;
     int32_t version;
@@ -42,6 +45,9 @@ typedef struct redist_options_s {
     int32_t result_order[16];
     int32_t allow_overlap;
     const int64_t *global_shape;
+    int32_t tune;
+    int32_t tune_out;
+    double tune_budget;
 } redist_options_t;
 extern "Python" int32_t _redist_py_create(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
                                           const int64_t *, const int64_t *, const int64_t *, const int64_t *,

@@ -272,6 +272,33 @@ def _allocate_symmetric_memory(ptr_p, nbytes):
     return 0
 
 
+def _wisdom_path(path) -> str:
+    if not redist.is_initialized():
+        raise E.NotInitializedError("call redist_initialize() first")
+    return "" if not path else _ffi.string(path).decode(errors="surrogateescape")
+
+
+def _export_wisdom(path, entries_p):
+    n = redist.export_wisdom(_wisdom_path(path))  # collective; an empty path raises on every rank
+    if entries_p:
+        entries_p[0] = n
+    return 0
+
+
+def _import_wisdom(path, entries_p):
+    n = redist.import_wisdom(_wisdom_path(path))
+    if entries_p:
+        entries_p[0] = n
+    return 0
+
+
+def _forget_wisdom():
+    if not redist.is_initialized():
+        raise E.NotInitializedError("call redist_initialize() first")
+    redist.forget_wisdom()
+    return 0
+
+
 def _free_symmetric_memory(ptr):
     heap, failure = _heap(), None
     part = _symmetric.get(int(ptr))
@@ -286,9 +313,10 @@ def _free_symmetric_memory(ptr):
 _TRANSPORTS = ("auto", "push", "put")
 _HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw", "push")
 _SIGNALS = ("epoch", "barrier")  # redist_signal_t order
+_TUNES = ("estimate", "measure", "wisdom")  # redist_tune_t order
 #: the first field of redist_options_t that each version added (version 1: struct_size .. signal); a new
 #: version appends its fields and a line here
-_ADDED = {2: "result_ndim", 3: "global_shape"}
+_ADDED = {2: "result_ndim", 3: "global_shape", 4: "tune"}
 _OPTIONS_VERSION = max(_ADDED)
 
 
@@ -305,6 +333,13 @@ def _has(ptr, field: str) -> bool:
     added = max((v for v, first in _ADDED.items()
                  if _ffi.offsetof("redist_options_t", first) <= _ffi.offsetof("redist_options_t", field)), default=1)
     return int(ptr.version) >= added
+
+
+def _sizes() -> dict[int, int]:
+    """The bytes of each version of redist_options_t this library reads: version 2 ends with
+    ``allow_overlap`` (padded to the struct's 8-byte alignment), the newest is the whole struct."""
+    v2 = -(-(_ffi.offsetof("redist_options_t", "allow_overlap") + 4) // 8) * 8
+    return {1: _V1_SIZE, 2: v2, _OPTIONS_VERSION: _ffi.sizeof("redist_options_t")}
 
 
 def _options(ptr, order: int) -> dict:
@@ -346,9 +381,18 @@ def _options(ptr, order: int) -> dict:
     overlap = int(ptr.allow_overlap) if _has(ptr, "allow_overlap") else 0
     if overlap not in (0, 1):
         raise ValueError(f"options->allow_overlap must be 0 or 1, got {overlap}")
+    tune, budget = (int(ptr.tune), float(ptr.tune_budget)) if _has(ptr, "tune") else (0, 0.0)  # never read past older structs
+    if not 0 <= tune < len(_TUNES):
+        raise ValueError(f"options->tune must be a redist_tune_t (0..2), got {tune}")
+    if not (budget == 0 or budget > 0):  # NaN too
+        raise ValueError(f"options->tune_budget must be 0 (the default) or seconds > 0, got {budget}")
+    tune_out = int(ptr.tune_out) if _has(ptr, "tune_out") else 0
+    if tune_out not in (0, 1):
+        raise ValueError(f"options->tune_out must be 0 or 1, got {tune_out}")
     return {"result_layout": layout, "allow_overlap": bool(overlap), "transport": _TRANSPORTS[ptr.transport],
             "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto",
-            "signal": _SIGNALS[ptr.signal]}
+            "signal": _SIGNALS[ptr.signal], "tune": _TUNES[tune], "tune_budget": budget or 10.0,
+            "tune_out": bool(tune_out)}
 
 
 def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_sizes, order,
@@ -629,6 +673,9 @@ _BODIES = {
     "_redist_py_comm_rank": _comm_rank,
     "_redist_py_allocate_symmetric_memory": _allocate_symmetric_memory,
     "_redist_py_free_symmetric_memory": _free_symmetric_memory,
+    "_redist_py_export_wisdom": _export_wisdom,
+    "_redist_py_import_wisdom": _import_wisdom,
+    "_redist_py_forget_wisdom": _forget_wisdom,
     "_redist_py_create": _create,
     "_redist_py_create_fields": _create_fields,
     "_redist_py_plan": _plan,

@@ -34,8 +34,8 @@
 !>     ierr = redist_execute(h, c_null_ptr, c_null_ptr, res)   ! res: engine-owned result
 !>     call c_f_pointer(res, v, [nx, y1 - y0 + 1, nz])
 module redist
-  use, intrinsic :: iso_c_binding, only: c_associated, c_char, c_f_pointer, c_int, c_int32_t, c_int64_t, &
-                                         c_loc, c_null_ptr, c_ptr, c_size_t, c_sizeof
+  use, intrinsic :: iso_c_binding, only: c_associated, c_char, c_double, c_f_pointer, c_int, c_int32_t, c_int64_t, &
+                                         c_loc, c_null_char, c_null_ptr, c_ptr, c_size_t, c_sizeof
   implicit none
   private
 
@@ -74,7 +74,11 @@ module redist
   ! redist_signal_t
   integer(c_int32_t), parameter, public :: REDIST_SIGNAL_EPOCH = 0          !< device epochs, no NVSHMEM barrier
   integer(c_int32_t), parameter, public :: REDIST_SIGNAL_BARRIER = 1        !< NVSHMEM team barriers
-  integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 3       !< version of redist_options_t
+  ! redist_tune_t
+  integer(c_int32_t), parameter, public :: REDIST_TUNE_ESTIMATE = 0         !< the heuristic, nothing timed
+  integer(c_int32_t), parameter, public :: REDIST_TUNE_MEASURE = 1          !< time every candidate route
+  integer(c_int32_t), parameter, public :: REDIST_TUNE_WISDOM = 2           !< the stored answer, else measure
+  integer(c_int32_t), parameter, public :: REDIST_OPTIONS_VERSION = 4       !< version of redist_options_t
 
   !> Options of redist_create_ex (C: redist_options_t). Set them up with redist_options_init_f,
   !> which fills struct_size and version, then change the fields you need.
@@ -90,6 +94,9 @@ module redist
     integer(c_int32_t) :: result_order(16) = 0_c_int32_t  !< C's view: 0-based axes, slowest first
     integer(c_int32_t) :: allow_overlap = 0_c_int32_t !< 1: boxes may overlap (allgather, halos, replicas)
     type(c_ptr) :: global_shape = c_null_ptr          !< set by redist_create_f's global_shape argument
+    integer(c_int32_t) :: tune = 0_c_int32_t          !< REDIST_TUNE_* (version 4)
+    integer(c_int32_t) :: tune_out = 0_c_int32_t      !< 1: tune times calls into an out (version 4)
+    real(c_double) :: tune_budget = 0.0_c_double       !< seconds of measuring per plan; 0: 10 (version 4)
   end type redist_options_t
 
   ! redist_initialize() arguments
@@ -109,6 +116,8 @@ module redist
   public :: redist_reset_operands, redist_reset_operands_unchecked, redist_reset_operand_field
   public :: redist_reset_operand_field_unchecked
   public :: redist_create_fields_f, redist_reset_operand_field_f
+  public :: redist_export_wisdom, redist_import_wisdom, redist_forget_wisdom
+  public :: redist_export_wisdom_f, redist_import_wisdom_f
 
   ! The C API, one interface per function of redist.h. A C argument passed by value is `value`
   ! here; the handle, a struct holding one pointer, is passed exactly like C's redist_t.
@@ -127,6 +136,30 @@ module redist
       import :: c_int32_t
       integer(c_int32_t) :: status
     end function redist_finalize
+
+    !> Collective. Write this job's wisdom (rank 0's) to `path` (NUL-terminated; see
+    !> redist_export_wisdom_f), atomically; entries: how many.
+    function redist_export_wisdom(path, entries) bind(C, name="redist_export_wisdom") result(status)
+      import :: c_char, c_int32_t
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int32_t), intent(out) :: entries
+      integer(c_int32_t) :: status
+    end function redist_export_wisdom
+
+    !> Collective. Add the entries of the wisdom file `path` (NUL-terminated); entries: how many.
+    !> A missing, corrupt, stale or foreign file is a logged warning, never an error.
+    function redist_import_wisdom(path, entries) bind(C, name="redist_import_wisdom") result(status)
+      import :: c_char, c_int32_t
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int32_t), intent(out) :: entries
+      integer(c_int32_t) :: status
+    end function redist_import_wisdom
+
+    !> Collective. Forget every process's wisdom.
+    function redist_forget_wisdom() bind(C, name="redist_forget_wisdom") result(status)
+      import :: c_int32_t
+      integer(c_int32_t) :: status
+    end function redist_forget_wisdom
 
     !> This process's rank (0-based) and the number of processes in redist's communicator.
     function redist_comm_rank(rank, nranks) bind(C, name="redist_comm_rank") result(status)
@@ -570,7 +603,26 @@ contains
     options%result_order = 0_c_int32_t
     options%allow_overlap = 0_c_int32_t
     options%global_shape = c_null_ptr
+    options%tune = REDIST_TUNE_ESTIMATE
+    options%tune_out = 0_c_int32_t
+    options%tune_budget = 0.0_c_double
   end subroutine redist_options_init_f
+
+  !> redist_export_wisdom with a Fortran string (trailing blanks dropped).
+  function redist_export_wisdom_f(path, entries) result(status)
+    character(len=*), intent(in) :: path
+    integer(c_int32_t), intent(out) :: entries
+    integer(c_int32_t) :: status
+    status = redist_export_wisdom(trim(path) // c_null_char, entries)
+  end function redist_export_wisdom_f
+
+  !> redist_import_wisdom with a Fortran string (trailing blanks dropped).
+  function redist_import_wisdom_f(path, entries) result(status)
+    character(len=*), intent(in) :: path
+    integer(c_int32_t), intent(out) :: entries
+    integer(c_int32_t) :: status
+    status = redist_import_wisdom(trim(path) // c_null_char, entries)
+  end function redist_import_wisdom_f
 
   !> A permuted result: `axes` lists the array's dimensions (1-based) from fastest- to
   !> slowest-varying in memory, as Fortran users think of column-major order: (1, 2, 3) is the

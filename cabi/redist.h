@@ -98,9 +98,16 @@ typedef enum redist_signal_e {
 } redist_signal_t;
 
 /** The version of ::redist_options_t this header describes (2 added `result_ndim`/`result_order`
- * and `allow_overlap`, 3 `global_shape`; the library still reads the structs of every earlier
- * version). */
-#define REDIST_OPTIONS_VERSION (3)
+ * and `allow_overlap`, 3 `global_shape`, 4 `tune`, `tune_out` and `tune_budget`; the library still
+ * reads the structs of every earlier version). */
+#define REDIST_OPTIONS_VERSION (4)
+
+/** How redist_plan() picks the route (RedistributeOptions.tune; docs/tuning.md). */
+typedef enum redist_tune_e {
+    REDIST_TUNE_ESTIMATE = 0, /**< the heuristic, nothing timed (default) */
+    REDIST_TUNE_MEASURE = 1,  /**< time every candidate route collectively, the fastest wins */
+    REDIST_TUNE_WISDOM = 2    /**< the stored answer (redist_import_wisdom, REDIST_WISDOM), else measure */
+} redist_tune_t;
 /** Most axes `result_order` can name. */
 #define REDIST_MAX_NDIM (16)
 
@@ -137,6 +144,13 @@ typedef struct redist_options_s {
      *  on every process, naming the inferred shape and each process's box. Read during the create
      *  call only. (version 3) */
     const int64_t *global_shape;
+    /** ::redist_tune_t; default ESTIMATE. (version 4) */
+    int32_t tune;
+    /** 1: `tune` times calls into an `out` (as redist_execute with `out` does; on one node the
+     *  `push` routes into `out` are candidates too); 0 (default): into the result. (version 4) */
+    int32_t tune_out;
+    /** Seconds of measuring one redist_plan() may spend; 0 (default): 10. (version 4) */
+    double tune_budget;
 } redist_options_t;
 
 /** @brief Default options, with `struct_size` and `version` set (no Python needed). */
@@ -144,7 +158,7 @@ static inline void redist_options_init(redist_options_t *options)
 {
     redist_options_t defaults = {sizeof(redist_options_t), REDIST_OPTIONS_VERSION, REDIST_ORDER_C,
                                  REDIST_TRANSPORT_AUTO, REDIST_HOST_METHOD_AUTO, 0, REDIST_SIGNAL_EPOCH, 0, {0}, 0,
-                                 NULL};
+                                 NULL, REDIST_TUNE_ESTIMATE, 0, 0.0};
     *options = defaults;
 }
 
@@ -420,6 +434,26 @@ redist_status_t redist_allocate_symmetric_memory(void **ptr, int64_t nbytes);
  *         (or already freed), or another allocation than the others; nothing is freed then.
  */
 redist_status_t redist_free_symmetric_memory(void *ptr);
+
+/**
+ * @brief Write the wisdom of this job (what `tune` measured or imported; rank 0's) to the file
+ * `path`, atomically (a temporary file renamed over it). Collective; rank 0 writes.
+ * @param entries  if not NULL: how many entries were written.
+ * @return ::REDIST_ERROR_INVALID_VALUE on every process when `path` is NULL or empty on some
+ *         process, or rank 0 cannot write it.
+ */
+redist_status_t redist_export_wisdom(const char *path, int32_t *entries);
+
+/**
+ * @brief Add the entries of the wisdom file `path` (read by rank 0, given to every process).
+ * Collective. A missing, unreadable or corrupt file, and entries of another redist version or
+ * MPI library, are logged warnings and ignored (never an error, never trusted).
+ * @param entries  if not NULL: how many entries were added.
+ */
+redist_status_t redist_import_wisdom(const char *path, int32_t *entries);
+
+/** @brief Forget every process's wisdom. Collective. */
+redist_status_t redist_forget_wisdom(void);
 
 /** @brief Static text describing a status code ("unknown status" for others). */
 const char *redist_get_error_string(redist_status_t status);

@@ -65,6 +65,9 @@ static int32_t _redist_py_finalize(void);
 static int32_t _redist_py_comm_rank(int32_t *, int32_t *);
 static int32_t _redist_py_allocate_symmetric_memory(uintptr_t *, int64_t);
 static int32_t _redist_py_free_symmetric_memory(uintptr_t);
+static int32_t _redist_py_export_wisdom(const char *, int32_t *);
+static int32_t _redist_py_import_wisdom(const char *, int32_t *);
+static int32_t _redist_py_forget_wisdom(void);
 /* Arrays of pointers (operands, outs, results: void *const *, void **) reach Python as uintptr_t arrays. */
 _Static_assert(sizeof(void *) == sizeof(uintptr_t), "pointer arrays are passed as uintptr_t arrays");
 typedef int32_t (*redist_py_create_t)(intptr_t *, int32_t, int32_t, const int64_t *, const int64_t *,
@@ -325,6 +328,24 @@ CFFI_DLLEXPORT redist_status_t redist_free_symmetric_memory(void *ptr)
 {
     REDIST_ENSURE_PYTHON();
     return (redist_status_t)_redist_py_free_symmetric_memory((uintptr_t)ptr);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_export_wisdom(const char *path, int32_t *entries)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_export_wisdom(path, entries);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_import_wisdom(const char *path, int32_t *entries)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_import_wisdom(path, entries);
+}
+
+CFFI_DLLEXPORT redist_status_t redist_forget_wisdom(void)
+{
+    REDIST_ENSURE_PYTHON();
+    return (redist_status_t)_redist_py_forget_wisdom();
 }
 
 /* The one body of redist_create, redist_create_ex (one array: nfields 1) and redist_create_fields

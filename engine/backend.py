@@ -48,6 +48,7 @@ __all__ = [
     "LowerOptions",
     "SIGNALS",
     "TRANSPORTS",
+    "TUNE_MODES",
     "lower",
     "replays",
     "select_backend",
@@ -56,6 +57,8 @@ __all__ = [
 TRANSPORTS = ("auto", "push", "put")
 HOST_METHODS = ("auto", "push", "hybrid", "datatype", "pack", "alltoallw")
 SIGNALS = ("epoch", "barrier")
+TUNE_MODES = ("estimate", "measure", "wisdom")
+VECTOR_BYTES = (16, 8, 4)
 
 #: backend name -> module whose ``lower(plan, ctx, options)`` makes its Executable
 BACKENDS = {"host": "redist.engine.host", "cuda": "redist.engine.cuda", "cuda-mirror": "redist.engine.cuda.mirror"}
@@ -75,6 +78,8 @@ class Context:
     _tags: int = field(default=0, repr=False)
     _second: Any = field(default=None, repr=False)
     _heap: Any = field(default=None, repr=False)
+    #: what wisdom keys hold of this job (engine/wisdom.py ``environment``: gathered once)
+    tune_environment: dict | None = field(default=None, repr=False)
 
     @property
     def rank(self) -> int:
@@ -128,8 +133,25 @@ class LowerOptions:
     signal: str = "epoch"
     blocking: bool = False
     logger: Logger | None = None
+    #: "estimate" (the heuristic), "measure" or "wisdom": engine/tune.py
+    tune: str = "estimate"
+    tune_budget: float = 10.0
+    #: tune: what the wisdom key holds beyond the plan (dtypes, every rank's strides, options)
+    signature: str = ""
+    #: tune: the operands to time the candidates with, one per field (none: engine-owned scratch on host)
+    inputs: tuple[Buffer, ...] = ()
+    #: CUDA: the widest vector (bytes) the copy kernels use (16, 8 or 4): the kernel variant
+    vector_bytes: int = 16
+    #: tune: time calls into an out= (host: a private array per field) instead of the engine-owned result
+    tune_out: bool = False
+    #: host push: calls with an out= land in shared memory up to this many bytes received (None: push.LANDING_MAX)
+    push_landing_max: int | None = None
 
     def __post_init__(self) -> None:
+        if self.tune not in TUNE_MODES:
+            raise InvalidValueError(f"tune must be one of {TUNE_MODES}, got {self.tune!r}")
+        if self.vector_bytes not in VECTOR_BYTES:
+            raise InvalidValueError(f"vector_bytes must be one of {VECTOR_BYTES}, got {self.vector_bytes!r}")
         if self.backend not in BACKENDS:
             raise InvalidValueError(f"backend must be one of {tuple(BACKENDS)}, got {self.backend!r}")
         if self.transport not in TRANSPORTS:
@@ -253,8 +275,14 @@ def select_backend(memory: str, execution: str, cuda_available: bool) -> str:
 
 
 def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> Executable:
-    """Collective: lower ``plan`` (one field, or several fused) on ``ctx`` with the backend ``options.backend``."""
+    """Collective: lower ``plan`` (one field, or several fused) on ``ctx`` with the backend ``options.backend``;
+    ``options.tune`` "measure" or "wisdom" picks the backend's route by timing its candidates
+    (engine/tune.py: the executable's ``tuning`` then records what was measured and chosen)."""
     module = importlib.import_module(BACKENDS[options.backend])
+    if options.tune != "estimate":
+        from . import tune
+
+        return tune.lower(plan, ctx, options, module)
     return module.lower(plan, ctx, options)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
-#   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune nvmath permuted sizes fields
+#   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune autotune nvmath permuted sizes fields
 #                                        bench-capture contract examples host pencils out-ab torch jax
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
@@ -38,6 +38,13 @@ for s in "$@"; do
   bench-capture)
     step "captured step vs eager, P=1"
     timeout 300 $MPI -n 1 python3 perf/bench_capture.py --out "$OUT/bench_capture.md" 2>&1 | tail -30 ;;
+  autotune)
+    step "tune= on GPUs (#47): P=1, then 2 ranks sharing the GPU; the CLI's table at P=1"
+    timeout ${TUNE_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda_tune.py -k P1 2>&1 | tee "$OUT/pytest_tune.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout ${TUNE_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda_tune.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_tune.txt" | tail -8
+    for n in 64 256; do
+      timeout 300 $MPI -n 1 python3 -m redist tune --in-place --gpu --shape $n $n $n --dtype complex128 2>&1 | tee -a "$OUT/tune_gpu.txt" | tail -20
+    done ;;
   shared)
     step "GPU tests, several ranks on one GPU"
     REDIST_SHARED_GPU=1 timeout ${SHARED_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda.py tests/cabi/test_cabi.py -k "shared and (${SHARED_K:-P2})" 2>&1 | tee -a "$OUT/pytest_shared.txt" | tail -15 ;;

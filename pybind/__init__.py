@@ -22,6 +22,7 @@ from ._operands import RawArray
 from ._options import RedistributeOptions
 from ._redistribute import Redistribute, redistribute
 from ._runtime import DistributedContext, finalize, get_context, initialize, is_initialized
+from ._wisdom import export_wisdom, forget_wisdom, import_wisdom
 from .process_group import MPIProcessGroup, ProcessGroup, TorchProcessGroup
 from . import distribution, process_group  # nvmath-python's namespaces
 from .engine.errors import (
@@ -61,6 +62,9 @@ __all__ = [
     "get_context",
     "is_initialized",
     "DistributedContext",
+    "export_wisdom",
+    "import_wisdom",
+    "forget_wisdom",
     "ProcessGroup",
     "MPIProcessGroup",
     "TorchProcessGroup",

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m redist``: the command-line entry point (``demo``, ``info``)."""
+"""``python -m redist``: the command-line entry point (``demo``, ``tune``, ``info``)."""
 
 from __future__ import annotations
 
@@ -191,12 +191,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="executes in each direction, timed (default 20)")
     d.add_argument("--gpu", action="store_true",
                    help="cupy operands on the GPUs (CUDA graph backend; one rank per GPU)")
+    from . import _tune_cli
+
+    t = _tune_cli.add_parser(sub, _LAYOUTS, _positive)
     sub.add_parser("info", help="print the runtime context")
     args = parser.parse_args(argv)
     if args.cmd == "demo":
         _check_demo(d, args)
         args.argv = [a for a in argv[1:] if a != "--in-place"]
         return _demo(args)
+    if args.cmd == "tune":
+        _check_demo(t, args)
+        args.argv = [a for a in argv[1:] if a != "--in-place"]
+        return _tune_cli.run(args, _distribution)
     if args.cmd == "info":
         return _info(args)
     parser.print_help()

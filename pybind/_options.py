@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .engine.backend import HOST_METHODS, SIGNALS, TRANSPORTS
+from .engine.backend import HOST_METHODS, SIGNALS, TRANSPORTS, TUNE_MODES
 from .engine.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["RedistributeOptions"]
@@ -79,6 +79,22 @@ class RedistributeOptions:
         output box its own box grown by the halo width, clipped) and replicated inputs.
         What one rank sends another may then be several boxes (a frame around a lower rank's
         box): they travel in one message (not with ``host_method="alltoallw"``).
+    tune : "estimate", "measure" or "wisdom"
+        How :meth:`~redist.Redistribute.plan` picks the route (docs/tuning.md). "estimate"
+        (default): the heuristic above, nothing timed. "measure": time every candidate
+        collectively (host: every host method; GPU: transport x signal x kernel variant), each
+        warmed up, the slowest rank's median of several calls, the fastest wins; a
+        ``host_method`` or ``transport`` other than "auto" is kept, not tuned. "wisdom": the
+        answer stored for this problem (:func:`redist.import_wisdom`, ``REDIST_WISDOM``) if one
+        matches, else measure. Both store what they measured (:func:`redist.export_wisdom`).
+    tune_budget : float
+        Seconds of measuring one ``plan()`` may spend (default 10; the first candidate is
+        always measured, the rest skipped once the slowest rank has spent this much).
+    tune_out : bool
+        False (default): ``tune`` times calls into the engine-owned result. True: into an
+        ``out=`` (host: an array laid out like the result), as a loop calling
+        ``execute(out=...)`` does; on one node push's routes into ``out=`` are candidates too.
+        Part of the wisdom key.
     """
 
     logger: logging.Logger | None = None
@@ -90,6 +106,9 @@ class RedistributeOptions:
     signal: Literal["epoch", "barrier"] = "epoch"
     result: Literal["persistent", "fresh"] = "persistent"
     allow_overlap: bool = False
+    tune: Literal["estimate", "measure", "wisdom"] = "estimate"
+    tune_budget: float = 10.0
+    tune_out: bool = False
 
     def __post_init__(self) -> None:
         if self.blocking is not True and self.blocking != "auto":
@@ -121,6 +140,15 @@ class RedistributeOptions:
         if not isinstance(self.allow_overlap, (bool, np.bool_)):
             raise InvalidTypeError(f"allow_overlap must be True or False, got {self.allow_overlap!r}")
         self.allow_overlap = bool(self.allow_overlap)
+        if self.tune not in TUNE_MODES:
+            raise InvalidValueError(f"tune must be one of {TUNE_MODES}, got {self.tune!r}")
+        if (isinstance(self.tune_budget, (bool, np.bool_)) or not isinstance(self.tune_budget, (int, float, np.number))
+                or not self.tune_budget > 0):
+            raise InvalidValueError(f"tune_budget must be a number of seconds > 0, got {self.tune_budget!r}")
+        self.tune_budget = float(self.tune_budget)
+        if not isinstance(self.tune_out, (bool, np.bool_)):
+            raise InvalidTypeError(f"tune_out must be True or False, got {self.tune_out!r}")
+        self.tune_out = bool(self.tune_out)
         if self.logger is not None and not isinstance(self.logger, logging.Logger):
             raise InvalidTypeError(f"logger must be a logging.Logger, got {type(self.logger).__name__}")
 

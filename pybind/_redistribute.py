@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 
-from . import _runtime
+from . import _runtime, _wisdom
 from ._binding import _POINTER, _Binding, _is_fields, _template, _wrap_fields
 from ._distributions import Box, Distribution
 from ._replays import _Replays
@@ -187,7 +187,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         if self._fresh and op.package == "raw":
             raise NotSupportedError('result="fresh" needs numpy, torch or cupy operands (a RawArray has no allocator)')
         self._last_stream = self._last_handle = None
-        self._plan = self._release = None
+        self._plan = self._release = self._tuning = None
         self._state = _State.NEW
         self._serial = _runtime._register(self)
         if self._logger.isEnabledFor(logging.INFO):
@@ -251,7 +251,15 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
     def plan_description(self) -> str:
         """The lowered plan as text (after :meth:`plan`)."""
         self._need_planned("describe")
-        return f"{self._plan.describe()}\n{self._exe.describe()}"
+        tuning = self.tuning
+        return f"{self._plan.describe()}\n{self._exe.describe()}" + (f"\n{tuning.describe()}" if tuning else "")
+
+    @property
+    def tuning(self) -> Any:
+        """What ``tune="measure"``/``"wisdom"`` measured and chose at :meth:`plan` (``chosen``, ``times``:
+        per candidate the slowest rank's median in seconds, ``source``, ``describe()``); None with
+        ``tune="estimate"`` or before planning."""
+        return self._tuning
 
     # --- state machine helpers --------------------------------------------------------------
 
@@ -299,7 +307,9 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
             lower_opts = backend.LowerOptions(
                 backend=self._backend, transport=o.transport, host_method=o.host_method, signal=o.signal,
                 blocking=o.blocking is True,
-                logger=self._logger if self._logger.isEnabledFor(logging.INFO) else None)
+                logger=self._logger if self._logger.isEnabledFor(logging.INFO) else None,
+                **_wisdom.tune_options(o, self._templates, self._all_strides,
+                                       self._objects() if self._state is _State.NEW else ()))
         exe = backend.lower(plan, ctx.engine, lower_opts)
         with collective.attempt(ctx.engine.comm, on_failure=exe.free):  # roll back on every rank
             if self._state is _State.NEW:
@@ -308,6 +318,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
             results = tuple(as_array(exe.results[f], t, owner=exe) for f, t in enumerate(self._templates))
             self._result = results if self._fields else results[0]
         self._plan, self._exe = plan, exe
+        self._tuning = getattr(exe, "tuning", None)  # engine/tune.py's record (kept after free())
         self._release = exe.release_captured  # still callable after free()
         if not self._streams and self._replayable and not self._fresh:
             self._replays = backend.replays(self._serial, self._fields, self._nfields, ctx.process_group.nranks)

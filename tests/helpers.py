@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -493,3 +494,46 @@ def compile_fortran(src: Path, exe: Path, built: Built, *, compiler: str | None 
         raise RuntimeError(f"{built.dir} has no redist.mod (built without a Fortran compiler)")
     _compile([fc, "-std=f2008", "-Wall", "-O2", str(src), *built.fflags, *built.flibs, "-o", str(exe)])
     return exe
+
+
+# --- a thread-simulated communicator (engine.collective, engine.tune without MPI) ---------
+
+
+class ThreadComm:
+    """Ranks are threads; allgather through a barrier (the tests' stand-in for mpi4py)."""
+
+    def __init__(self, hub, rank):
+        self.hub, self.rank = hub, rank
+
+    def Get_rank(self):
+        return self.rank
+
+    def Get_size(self):
+        return self.hub["p"]
+
+    def allgather(self, obj):
+        h = self.hub
+        h["slots"][self.rank] = obj
+        h["barrier"].wait()
+        out = list(h["slots"])
+        h["barrier"].wait()
+        return out
+
+
+def run_ranks(p, fn):
+    hub = {"p": p, "slots": [None] * p, "barrier": threading.Barrier(p, timeout=30)}
+    results, excs = [None] * p, [None] * p
+
+    def target(r):
+        try:
+            results[r] = fn(ThreadComm(hub, r), r)
+        except BaseException as e:  # noqa: BLE001
+            excs[r] = e
+
+    ts = [threading.Thread(target=target, args=(r,)) for r in range(p)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not any(t.is_alive() for t in ts), "a rank hung"
+    return results, excs

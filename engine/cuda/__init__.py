@@ -12,13 +12,14 @@ from . import kernels, runtime
 from .emulator import emulate_job
 from .executable import CudaExecutable
 from .launch_list import TRANSPORTS, LaunchList, build_launch_list
-from .lowering import lower
+from .lowering import candidates, lower
 
 __all__ = [
     "TRANSPORTS",
     "CudaExecutable",
     "LaunchList",
     "build_launch_list",
+    "candidates",
     "emulate_job",
     "kernels",
     "lower",

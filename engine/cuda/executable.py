@@ -124,7 +124,7 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
         self._wants: list = [None] * nf  # per field: this rank's out= strides when not the planned ones
         self._want: tuple | None = None  # those, or None when every field has the planned strides
         self._mine: tuple | None = None  # this rank's entry in the active layout
-        self._relower = relower  # (reach, transport, signal) of lower(): variants are lowered alike
+        self._relower = relower  # (reach, transport, signal, base_align) of lower(): variants are lowered alike
         self._shares_result = bool(shared_result)  # a variant: its base owns the result and retires it all
         # copies of this exchange in the user's captures: {the user's CUgraph: [_Copy...]} (the base holds them)
         self._captured: dict[int, list[_Copy]] = {}  # what update_captured finds, by the graph they are in

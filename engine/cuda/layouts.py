@@ -81,14 +81,15 @@ class OutLayouts:
         plan, rt = self.plan, self.rt
         if self._relower is None:
             raise InvalidStateError("this CUDA executable was not made by lower(): it cannot take strided out=")
-        reach, transport, signal = self._relower
+        reach, transport, signal, base_align = self._relower
         fields = self._fields
         strides = [[st[f] if st is not None and st[f] is not None else p.out_strides_of(r) for r, st in enumerate(layout)]
                    for f, p in enumerate(fields)]  # per field, per rank
         funcs = {}
         with collective.attempt(rt.comm):
             moved = plan.retarget_all(strides) if isinstance(plan, FusedPlan) else plan.retarget_all(strides[0])
-            ll = build_launch_list(moved, reach, transport=transport, signal=signal, sm_count=rt.sm_count)
+            ll = build_launch_list(moved, reach, transport=transport, signal=signal, sm_count=rt.sm_count,
+                                   base_align=base_align)
             for k in ll.kernels:
                 funcs[k.name] = rt.functions(*k.family, k.kind)
         exe = type(self)(moved, rt, ll, funcs, serial=self.serial, blocking=self.blocking, logger=self._logger,

@@ -17,15 +17,30 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import collective
+from ..backend import SIGNALS, VECTOR_BYTES
 from ..errors import InvalidValueError, NotInitializedError, NotSupportedError
 from ..plan import FusedPlan, Plan
+from ..tune import Candidate
 from .executable import CudaExecutable
-from .launch_list import TRANSPORTS, build_launch_list
+from .launch_list import BASE_ALIGN, TRANSPORTS, build_launch_list
 
 if TYPE_CHECKING:
     from ..backend import Context, LowerOptions
 
-__all__ = ["lower"]
+__all__ = ["candidates", "lower"]
+
+
+def candidates(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> list[Candidate]:
+    """The routes ``tune`` times (engine/tune.py): transport x signal x kernel variant (the widest
+    vector the copy kernels use), the heuristic's pick (``options``' transport and signal, 16-byte
+    vectors) first. Transports: "auto" (push where reachable) and "put", or only the one given;
+    "barrier" only where it can run (not with several ranks on one GPU). The same on every rank."""
+    transports = ["auto", "put"] if options.transport == "auto" else [options.transport]
+    rt = ctx.cuda
+    shared = rt is not None and rt.shared_gpu and rt.nranks > 1
+    signals = [options.signal] + [s for s in SIGNALS if s != options.signal and not (shared and s == "barrier")]
+    return [Candidate(f"{t}/{s}/v{v}", (("transport", t), ("signal", s), ("vector_bytes", v)))
+            for t in transports for s in signals for v in VECTOR_BYTES]
 
 
 def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> CudaExecutable:
@@ -58,13 +73,14 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> CudaEx
     reach = np.array(step.gathered, dtype=bool)
     funcs = {}
     with collective.attempt(comm):
-        ll = build_launch_list(plan, reach, transport=transport, signal=options.signal, sm_count=rt.sm_count)
+        ll = build_launch_list(plan, reach, transport=transport, signal=options.signal, sm_count=rt.sm_count,
+                               base_align=min(BASE_ALIGN, options.vector_bytes))
         tc = time.perf_counter()
         for k in ll.kernels:
             funcs[k.name] = rt.functions(*k.family, k.kind)
         compile_ms = (time.perf_counter() - tc) * 1e3
     exe = CudaExecutable(plan, rt, ll, funcs, serial=ctx.next_tag(), blocking=options.blocking, logger=options.logger,
-                         relower=(reach, transport, options.signal))
+                         relower=(reach, transport, options.signal, min(BASE_ALIGN, options.vector_bytes)))
     if options.logger is not None:
         options.logger.info(
             "cuda lower: %.1f ms (kernels %.1f ms); %s",

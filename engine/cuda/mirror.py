@@ -20,13 +20,14 @@ from ..buffer import Buffer, byte_extent
 from ..errors import CudaError, NotSupportedError
 from ..plan import FusedPlan, Plan
 from .executable import CudaExecutable
+from .lowering import candidates
 from .lowering import lower as lower_cuda
 
 if TYPE_CHECKING:
     from ..backend import Context, LowerOptions
     from .runtime import Runtime
 
-__all__ = ["MirrorExecutable", "lower"]
+__all__ = ["MirrorExecutable", "candidates", "lower"]
 
 
 class MirrorExecutable:

@@ -8,6 +8,6 @@ imported on first use (lowering), not at import.
 """
 
 from .executable import AUTO_METHOD, METHODS, HostExecutable
-from .lowering import available_methods, lower
+from .lowering import available_methods, candidates, lower
 
-__all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "available_methods", "lower"]
+__all__ = ["AUTO_METHOD", "METHODS", "HostExecutable", "available_methods", "candidates", "lower"]

@@ -11,13 +11,17 @@ from typing import TYPE_CHECKING
 from .. import collective
 from ..errors import InvalidValueError, NotSupportedError
 from ..plan import FusedPlan, Plan
+from ..tune import Candidate
 from .executable import AUTO_METHOD, METHODS, HostExecutable
 from .push import PushExecutable, push_problem
 
 if TYPE_CHECKING:
     from ..backend import Context, LowerOptions
 
-__all__ = ["available_methods", "lower"]
+__all__ = ["available_methods", "candidates", "lower"]
+
+#: push_landing_max of the ``push/land`` candidate: every call with an out= lands (any size)
+LAND_ALWAYS = 1 << 62
 
 
 def _mpi() -> ModuleType:
@@ -41,6 +45,28 @@ def available_methods() -> tuple[str, ...]:
         except (NotImplementedError, MPI.Exception):
             _AVAILABLE = tuple(m for m in METHODS if m != "alltoallw")
     return _AVAILABLE
+
+
+def candidates(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> list[Candidate]:
+    """Collective: the host methods ``tune`` times (engine/tune.py), the heuristic's pick first: "push"
+    where every rank is on one node (more than one), then every message method this MPI library has;
+    only the method given where ``options.host_method`` is not "auto". Timed with an ``out=``
+    (``options.tune_out``), push's routes into it are candidates too: ``push/land`` (every call lands
+    in shared memory then copies, or copies across memories: push's small-exchange routes at any size)
+    and ``push/no-landing`` (its large-exchange routes at any size: messages, or cross-memory copies
+    where push takes them), beside ``push`` (its threshold, ``push.LANDING_MAX``)."""
+    if options.host_method not in ("auto", "push"):
+        return [Candidate(options.host_method, (("host_method", options.host_method),))]
+    if options.host_method == "push":
+        methods = ["push"]
+    else:
+        push = push_problem(ctx.comm, plan) is None and plan.nranks > 1  # collective
+        methods = (["push"] if push else []) + [AUTO_METHOD] + [m for m in available_methods() if m != AUTO_METHOD]
+    routes = [Candidate(m, (("host_method", m),)) for m in methods]
+    if options.tune_out and "push" in methods:
+        routes[1:1] = [Candidate("push/land", (("host_method", "push"), ("push_landing_max", LAND_ALWAYS))),
+                       Candidate("push/no-landing", (("host_method", "push"), ("push_landing_max", -1)))]
+    return routes
 
 
 def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> HostExecutable | PushExecutable:
@@ -106,7 +132,8 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions) -> HostEx
         raise InvalidValueError(f"ranks disagree on the host method: {step.gathered}")
     if chosen == "push":
         try:
-            exe = PushExecutable(plan, ctx, tag, options.logger, second, data_tags, messages_tag)  # collective
+            exe = PushExecutable(plan, ctx, tag, options.logger, second, data_tags, messages_tag,  # collective
+                                 landing_max=options.push_landing_max)
         except NotSupportedError:  # the shared memory could not be reserved (raised on every rank)
             if method != "auto":
                 raise

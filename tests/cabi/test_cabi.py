@@ -33,6 +33,7 @@ API = [
     "redist_reset_operands", "redist_reset_operands_unchecked", "redist_reset_operand_field",
     "redist_reset_operand_field_unchecked", "redist_update_graph_exec",
     "redist_release_captured", "redist_allocate_symmetric_memory", "redist_free_symmetric_memory",
+    "redist_export_wisdom", "redist_import_wisdom", "redist_forget_wisdom",
 ]
 
 

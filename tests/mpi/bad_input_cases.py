@@ -578,6 +578,26 @@ def option_host_method_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"host_method": "fast"} if env.is_last() else None)
 
 
+@case((errors.InvalidValueError, r"rank {last}: tune must be one of \('estimate', 'measure', 'wisdom'\), got 'fast'"))
+def option_tune_bad_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"tune": "fast"} if env.is_last() else None)
+
+
+@case((errors.InvalidValueError, r"inconsistent options across ranks.*tune"))
+def option_tune_differs_last(env):
+    Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"tune": "measure" if env.is_last() else "estimate"})
+
+
+@case((errors.InvalidTypeError, r"rank {last}: a wisdom path must be a str or os.PathLike, got int"))
+def wisdom_import_bad_path_last(env):
+    redist.import_wisdom(5 if env.is_last() else "/nonexistent/wisdom.json")
+
+
+@case((errors.InvalidValueError, r"rank 0: cannot write the wisdom file /nonexistent-dir/w.json"))
+def wisdom_export_unwritable(env):
+    redist.export_wisdom("/nonexistent-dir/w.json")
+
+
 @case((errors.InvalidValueError, r"rank {last}: signal must be one of \('epoch', 'barrier'\)"))
 def option_signal_bad_last(env):
     Redistribute(operand(env)[0], Slab.X, Slab.Y, options={"signal": "none"} if env.is_last() else None)

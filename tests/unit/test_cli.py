@@ -49,6 +49,20 @@ def test_demo_argument_errors_before_mpiexec(args, message):
     assert re.search(message, res.stderr), res
 
 
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--dtype", "nonsense"], r"argument --dtype: data type 'nonsense' not understood"),
+        (["--budget", "x"], r"argument --budget: invalid float value: 'x'"),
+    ],
+)
+def test_tune_argument_errors_before_mpiexec(args, message):
+    res = cli("tune", *args)
+    assert res.returncode == 2, res
+    assert "launching" not in res.stdout and "usage: python -m redist tune" in res.stderr, res
+    assert re.search(message, res.stderr), res
+
+
 def test_cabi_flags_refuses_an_unbuilt_directory(tmp_path):
     res = cli("flags", "--out", str(tmp_path), module="redist.cabi")
     assert res.returncode == 2 and res.stdout == "", res

@@ -7,47 +7,8 @@ from __future__ import annotations
 import threading
 
 import pytest
+from helpers import ThreadComm, run_ranks
 from redist.engine import collective, errors
-
-
-class ThreadComm:
-    """Ranks are threads; allgather through a barrier (the tests' stand-in for mpi4py)."""
-
-    def __init__(self, hub, rank):
-        self.hub, self.rank = hub, rank
-
-    def Get_rank(self):
-        return self.rank
-
-    def Get_size(self):
-        return self.hub["p"]
-
-    def allgather(self, obj):
-        h = self.hub
-        h["slots"][self.rank] = obj
-        h["barrier"].wait()
-        out = list(h["slots"])
-        h["barrier"].wait()
-        return out
-
-
-def run_ranks(p, fn):
-    hub = {"p": p, "slots": [None] * p, "barrier": threading.Barrier(p, timeout=30)}
-    results, excs = [None] * p, [None] * p
-
-    def target(r):
-        try:
-            results[r] = fn(ThreadComm(hub, r), r)
-        except BaseException as e:  # noqa: BLE001
-            excs[r] = e
-
-    ts = [threading.Thread(target=target, args=(r,)) for r in range(p)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
-    assert not any(t.is_alive() for t in ts), "a rank hung"
-    return results, excs
 
 
 def same_error_everywhere(excs, cls, text):

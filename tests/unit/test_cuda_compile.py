@@ -1921,3 +1921,49 @@ def test_update_captured_keeps_the_recorded_out(between):
 
     _run_threads(p, rank)
     assert all(seen.values()), seen
+
+
+def test_tune_measures_transport_signal_and_kernel_variant_on_a_simulated_job(monkeypatch):
+    """tune="measure" on the CUDA backend (issue #47): every candidate (transport x signal x kernel
+    variant) is lowered and timed on every rank, the slowest rank's median decides (ranks that alone
+    would pick different winners), and every candidate's result is bit-exact."""
+    from redist.engine import tune
+    from redist.engine.backend import Context, LowerOptions, lower
+    from redist.engine.tune import Candidate
+
+    p, gshape, itemsize = 2, (7, 6, 5), 8
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 2)
+    G = global_bytes(gshape, itemsize, 11)
+    costs = [{"auto/barrier/v4": 2e-6}, {"put/epoch/v8": 1e-6, "auto/barrier/v4": 4e-6}]  # the others 5 us
+    local = threading.local()
+    monkeypatch.setattr(tune, "timer", lambda label, dt: costs[local.rank].get(label, 5e-6))
+    seen = [None] * p
+
+    def rank(hub, r):
+        local.rank = r
+        rt = _Runtime(hub, r)
+        plan = make_plan(r, ib, ob, itemsize=itemsize)
+        a = operand_bytes(G, ib[r], geo.dense_strides(geo.box_shape(ib[r])), itemsize)
+        ptr = rt.dev_alloc(len(a))
+        rt.hub.write(ptr, a)
+        buf = _device_buffer(ptr, geo.box_shape(ib[r]), itemsize)
+        want = expected_bytes(G, ob[r], "C")
+        ctx = Context(rt.comm, rt, tune_environment={"nranks": p, "nodes": [0] * p, "mpi": "sim", "redist": "t"})
+        exe = lower(plan, ctx, LowerOptions(backend="cuda", tune="measure", signature="f8", inputs=(buf,)))
+        seen[r] = exe.tuning
+        labels = [label for label, _, _ in exe.tuning.times]
+        for cand in [Candidate("chosen", ())] + [Candidate(x, ()) for x in labels]:  # every candidate, bit-exact
+            if cand.label != "chosen":
+                t, s, v = cand.label.split("/")
+                exe = lower(plan, ctx, LowerOptions(backend="cuda", transport=t, signal=s, vector_bytes=int(v[1:])))
+                assert all(k.vmax <= int(v[1:]) for k in exe.launch_list.kernels), cand.label  # the variant
+            exe.bind_input(buf)
+            exe.execute(0)
+            rt.comm.allgather(None)
+            assert np.array_equal(rt.hub.read(exe.output_ptr, len(want)), want), (r, cand.label)
+            rt.comm.allgather(None)
+            exe.free()
+
+    _run_threads(p, rank)
+    assert seen[0] == seen[1] and seen[0].chosen == "auto/barrier/v4"
+    assert len(seen[0].times) == 12 and all(t is not None for _, t, _ in seen[0].times)

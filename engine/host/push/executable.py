@@ -56,7 +56,8 @@ class PushExecutable(StoreRoute, LandRoute, SharedRoute, CrossMemoryRoute, Messa
     results: tuple[Buffer, ...]
 
     def __init__(self, plan: Plan | FusedPlan, ctx: Context, tag: int, logger: Logger | None,
-                 second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (), messages_tag: int = 0) -> None:
+                 second: MPI.Intracomm | None = None, data_tags: tuple[int, ...] = (), messages_tag: int = 0,
+                 landing_max: int | None = None) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -78,7 +79,8 @@ class PushExecutable(StoreRoute, LandRoute, SharedRoute, CrossMemoryRoute, Messa
         # calls with an out= land behind the results (the plan's receive staging), small exchanges only:
         # decided from data every rank has (the largest receive staging of any rank). Where nothing
         # crosses ranks (any P) nothing lands: the local part goes straight into out=
-        self._landing = fused.max_recv_staging_bytes <= tuning.LANDING_MAX and P <= COMPLETE_MAX
+        landing_max = tuning.LANDING_MAX if landing_max is None else landing_max  # tune= (engine/tune.py) sets it
+        self._landing = fused.max_recv_staging_bytes <= landing_max and P <= COMPLETE_MAX
         # a header behind the results (_Header), then the landing area
         self._head_off = {r: self._offsets[r][-1] for r in range(P)}  # 64-byte aligned (_field_offsets)
         head = -(-_Header.words(self.nfields, P) * 8 // 64) * 64

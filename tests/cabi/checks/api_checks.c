@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checks.h"
 
@@ -337,6 +338,52 @@ int main(int argc, char **argv)
             bad_opts.host_method = 17;
         EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &bad_opts),
                REDIST_ERROR_INVALID_VALUE, "host_method");
+        bad_opts = opts;
+        if (rank == nranks - 1)
+            bad_opts.tune = 7;
+        EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &bad_opts),
+               REDIST_ERROR_INVALID_VALUE, "tune");
+        /* tune (version 4): measured, exported, forgotten, imported and used; a version-2 struct still read */
+        {
+            char path[256];
+            int32_t n = -1;
+            snprintf(path, sizeof path, "%s/redist-api-checks-%ld.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                     (long)getpid()); /* rank 0's is the file */
+            redist_options_t topts;
+            for (int mode = REDIST_TUNE_MEASURE; mode <= REDIST_TUNE_WISDOM; mode++) {
+                redist_options_init(&topts);
+                topts.tune = mode;
+                topts.tune_budget = 5.0;
+                EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &topts),
+                       REDIST_SUCCESS, NULL);
+                EXPECT(redist_plan(hs, NULL), REDIST_SUCCESS, NULL);
+                EXPECT(redist_execute(hs, NULL, NULL, &res), REDIST_SUCCESS, NULL);
+                bad = 0;
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < bn; j++)
+                        bad += ((double *)res)[i * bn + j] != val(i, olo[1] + j, 0.0);
+                TRUE(bad == 0);
+                EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+                if (mode == REDIST_TUNE_MEASURE) {
+                    EXPECT(redist_export_wisdom(path, &n), REDIST_SUCCESS, NULL);
+                    TRUE(n >= 1);
+                    EXPECT(redist_forget_wisdom(), REDIST_SUCCESS, NULL);
+                    n = -1;
+                    EXPECT(redist_import_wisdom(path, &n), REDIST_SUCCESS, NULL);
+                    TRUE(n >= 1);
+                }
+            }
+            EXPECT(redist_export_wisdom(rank == nranks - 1 ? NULL : path, NULL), REDIST_ERROR_INVALID_VALUE,
+                   "wisdom path");
+            if (rank == 0)
+                remove(path);
+            redist_options_init(&topts);
+            topts.version = 2;
+            topts.struct_size = (offsetof(redist_options_t, allow_overlap) + sizeof(int32_t) + 7) / 8 * 8;
+            EXPECT(redist_create_ex(&hs, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a, &topts), REDIST_SUCCESS,
+                   NULL);
+            EXPECT(redist_free(hs), REDIST_SUCCESS, NULL);
+        }
         if (nranks > 1) { /* options that differ between ranks */
             bad_opts = opts;
             bad_opts.host_method = rank % 2 ? REDIST_HOST_METHOD_PACK : REDIST_HOST_METHOD_HYBRID;

@@ -19,7 +19,7 @@ program api_checks
   type(redist_options_t) :: opts
   type(c_ptr) :: res
   real(c_double), allocatable, target :: a(:,:), pad(:,:), ghosted(:,:)
-  integer :: bad
+  integer :: bad, i32
   real(c_double), pointer :: b(:,:)
   character(len=64) :: version, want
   integer(c_int64_t), parameter :: one = 1_c_int64_t, eight = 8_c_int64_t
@@ -91,6 +91,28 @@ program api_checks
   call expect(redist_create_fields_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], &
                                      [eight], REDIST_MEMORY_HOST, [addr(a)], global_shape=[int(m, c_int64_t)]), &
               REDIST_ERROR_INVALID_VALUE, "or global_shape, differ", "create_fields_f global_shape of 1 axis")
+  ! tune: measured (version 4 of the options), exported, forgotten, imported, used from wisdom
+  do i32 = REDIST_TUNE_MEASURE, REDIST_TUNE_WISDOM
+    call redist_options_init_f(opts)
+    opts%tune = int(i32, c_int32_t)
+    call expect(redist_create_f(hs, [r0, one], [r1, int(n, c_int64_t)], [one, c0], [int(m, c_int64_t), c1], eight, &
+                                REDIST_MEMORY_HOST, addr(a), options=opts), REDIST_SUCCESS, "", "create_f tune")
+    call expect(redist_plan(hs, c_null_ptr), REDIST_SUCCESS, "", "plan tune")
+    call expect(redist_execute(hs, c_null_ptr, c_null_ptr, res), REDIST_SUCCESS, "", "execute tune")
+    call check_columns(res, "tune")
+    call expect(redist_free(hs), REDIST_SUCCESS, "", "free tune")
+    if (i32 == REDIST_TUNE_MEASURE) then
+      call expect(redist_export_wisdom_f("redist-f90-wisdom.json", nfl), REDIST_SUCCESS, "", "export wisdom")
+      call truth(nfl >= 1, "export wisdom: entries")
+      call expect(redist_forget_wisdom(), REDIST_SUCCESS, "", "forget wisdom")
+      call expect(redist_import_wisdom_f("redist-f90-wisdom.json", nfl), REDIST_SUCCESS, "", "import wisdom")
+      call truth(nfl >= 1, "import wisdom: entries")
+    end if
+  end do
+  if (rank == 0) then
+    open(newunit=i32, file="redist-f90-wisdom.json", status="old")
+    close(i32, status="delete")
+  end if
 
   ! options: the pack host method through redist_options_t; a wrong struct_size on the last rank
   call redist_options_init_f(opts)

@@ -257,6 +257,18 @@ int main(int argc, char **argv)
             o.transport = 11;
         if (strcmp(name, "create_ex_signal_last") == 0 && last())
             o.signal = 7;
+        if (strcmp(name, "create_ex_tune_garbage_last") == 0 && last())
+            o.tune = 3;
+        if (strcmp(name, "create_ex_tune_measure_ok") == 0) {
+            o.tune = REDIST_TUNE_MEASURE;
+            o.tune_out = 1;
+            o.tune_budget = 2.0;
+        }
+        if (strcmp(name, "create_ex_v2_struct_ok") == 0) { /* a program built against version 2 */
+            o.struct_size = (offsetof(redist_options_t, allow_overlap) + sizeof(int32_t) + 7) / 8 * 8;
+            o.version = 2;
+            o.tune = 99; /* past a version-2 struct: never read */
+        }
         RUN(redist_create_ex(&h, 2, lo, hi, NULL, olo, ohi, 8, REDIST_MEMORY_HOST, a,
                              strcmp(name, "create_ex_null_options_ok") == 0 ? NULL : &o));
         if (st == REDIST_SUCCESS && RUN(redist_plan(h, NULL)) == REDIST_SUCCESS &&
@@ -408,6 +420,17 @@ int main(int argc, char **argv)
         }
         data = good ? "ok" : "wrong";
         free(in);
+    } else if (strcmp(name, "wisdom_import_null_last") == 0) {
+        RUN(redist_import_wisdom(last() ? NULL : "/nonexistent/redist-wisdom.json", NULL));
+    } else if (strcmp(name, "wisdom_export_null_last") == 0) {
+        RUN(redist_export_wisdom(last() ? NULL : "/nonexistent/redist-wisdom.json", NULL)); /* rank 0 writes nothing */
+    } else if (strcmp(name, "wisdom_import_missing_ok") == 0) { /* a warning, 0 entries */
+        int32_t n = -1;
+        RUN(redist_import_wisdom("/nonexistent/redist-wisdom.json", &n));
+        data = n == 0 ? "ok" : "wrong";
+    } else if (strcmp(name, "wisdom_forget_ok") == 0) {
+        RUN(redist_forget_wisdom());
+        data = "ok";
     } else if (strcmp(name, "graph_on_host") == 0) {
         void *g = NULL;
         planned(&h);
