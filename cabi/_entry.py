@@ -335,13 +335,6 @@ def _has(ptr, field: str) -> bool:
     return int(ptr.version) >= added
 
 
-def _sizes() -> dict[int, int]:
-    """The bytes of each version of redist_options_t this library reads: version 2 ends with
-    ``allow_overlap`` (padded to the struct's 8-byte alignment), the newest is the whole struct."""
-    v2 = -(-(_ffi.offsetof("redist_options_t", "allow_overlap") + 4) // 8) * 8
-    return {1: _V1_SIZE, 2: v2, _OPTIONS_VERSION: _ffi.sizeof("redist_options_t")}
-
-
 def _options(ptr, order: int) -> dict:
     """The Redistribute options of redist_create (``order``) or redist_create_ex (``ptr``)."""
     if order >= 0:  # redist_create: only the order
