@@ -36,6 +36,7 @@ from ..errors import CudaError, InvalidStateError, InvalidValueError
 from ..plan import FusedPlan, Plan, fuse
 from . import kernels
 from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
+from .user_memory import RESULT, OutDesc, PeerMappings, memory_api, plan_routes, slot_of, slots_fit
 
 if TYPE_CHECKING:
     from .graph import Capture, GraphExec, KernelLaunch
@@ -124,7 +125,8 @@ class CudaExecutable:
         self._in_ptrs = [0] * nf  # per field: the bound operand, the object keeping it alive, the out= delta
         self._in_owners: list = [None] * nf
         self._bound = False
-        self._out_deltas = [0] * nf
+        self._out_deltas = [0] * nf  # per field: this rank's own output slot
+        self._peer_deltas: dict[int, int] = {}  # output slot of a push destination -> its out= offset (user_memory)
         self._in_aligns = [16] * nf
         self._out_aligns = [16] * nf
         self._check = collective.CallCheck(rt.comm)
@@ -149,6 +151,18 @@ class CudaExecutable:
         self._retirements = 0  # variants evicted while copies of them may run
         self._held = [True]  # shared with the retired memory of copies recorded so far: False once released
         self._capture_status = rt.driver.capture_status
+        # out= in any device memory (user_memory.py): this rank's outputs as it would describe them, as
+        # last agreed, the bound buffers, the fields that land in the result first, the routes' text
+        self._descs: list[OutDesc] = [RESULT] * nf
+        self._agreed_descs: list[OutDesc] = [RESULT] * nf
+        self._out_bufs: list[Buffer | None] = [None] * nf
+        self._land: list[Buffer | None] = [None] * nf
+        self._route_text = ""
+        self._mappings: PeerMappings | None = None
+        self._shared_slots = not slots_fit(nf, len(ll.push_to))
+        self._exported: dict[int, tuple[int, bytes | None, str]] = {}  # buffer id -> (base, IPC handle, why not)
+        self._watch: list[int] = []  # fields whose out= peers store into (mapped, or landed): checked per call
+        self._routed: list | None = None  # every rank's outputs as last routed (the same on every rank)
         # kernels only (one rank; push with the epoch protocol): recorded flat into a user's capture
         self._flat = all(st.op == "kernel" for st in ll.steps)
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
@@ -204,7 +218,9 @@ class CudaExecutable:
         self._recv = self.rt.sym_alloc(ll.recv_staging_bytes, owner="engine")
 
     def _table(self, k: KernelStep) -> np.ndarray:
-        rows = table_rows(k, output=lambda d: self._peer_out[d], send=self._send, recv=self._recv)
+        push_to, me, nf = self.launch_list.push_to, self.rt.rank, self.nfields
+        rows = table_rows(k, output=lambda d: self._peer_out[d], send=self._send, recv=self._recv,
+                          slot=lambda f, d: slot_of(f, d, me, push_to, nf))
         return kernels.pack_table(rows)
 
     def _peer_ctl(self, pe: int) -> int:
@@ -315,30 +331,72 @@ class CudaExecutable:
             launch.update()
 
     def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
-        """Write field ``field`` into the symmetric ``buf`` (same heap offset on every rank); None: the result.
+        """Write field ``field`` into ``buf``, device memory of this GPU (symmetric or not, see
+        user_memory.py); None: the result.
 
-        Strides other than the planned ones take effect at the next execute, once agreed.
+        Strides other than the planned ones, and an output other ranks have not seen yet, take
+        effect at the next execute, once agreed.
         """
         planned = self._fields[field].out_strides
-        self._wants[field] = None if buf is None or buf.is_dense(planned) else tuple(buf.strides)
+        dense = buf is None or buf.is_dense(planned)
+        self._wants[field] = None if dense else tuple(buf.strides)
         self._want = None if all(w is None for w in self._wants) else tuple(self._wants)
-        delta = 0 if buf is None else buf.ptr - self.results[field].ptr
+        self._out_bufs[field] = buf
+        self._descs[field] = self._describe_out(buf, dense)
+        landing = self._land[field] is not None and self._descs[field] == self._agreed_descs[field]
+        delta = 0 if buf is None or landing else buf.ptr - self.results[field].ptr
+        if landing:
+            self._land[field] = buf
         self._active._set_delta(field, delta)  # the running one's nodes only
         self._out_unagreed = True
+
+    def _describe_out(self, buf: Buffer | None, planned: bool) -> OutDesc:
+        """What this rank's output ``buf`` is, as the other ranks must know it (user_memory.OutDesc)."""
+        rt = self.rt
+        if buf is None:
+            return RESULT
+        if rt.sym_lookup(buf.ptr) is not None or rt.is_symmetric(buf.ptr):
+            return OutDesc("symmetric", rt.heap_offset(buf.ptr), planned=planned)
+        if not self.launch_list.push_from and not self._shared_slots:  # nobody else stores into it: one
+            return OutDesc("private", planned=planned, handle=b"")  # description whatever its address
+        api = memory_api(rt)
+        bid = api.buffer_id(buf.ptr)
+        known = self._exported.get(bid) if bid else None
+        if known is None:
+            base, _, ok, why = api.allocation(buf.ptr)
+            known = (base, api.export(base) if ok else None, why)
+            if len(self._exported) >= 64:
+                self._exported.clear()
+            self._exported[bid] = known
+        base, handle, why = known
+        return OutDesc("private", buf.ptr - base, bid, handle, why, planned)
 
     def _set_delta(self, field: int, delta: int) -> None:
         if delta == self._out_deltas[field]:
             return
         self._out_deltas[field] = delta
         self._out_aligns[field] = min(delta & -delta, 16) if delta else 16
-        a = min(self._out_aligns)
+        self._set_deltas(((field, delta),))
+
+    def _set_deltas(self, slots) -> None:
+        """New output offsets ``(slot, delta)`` in every kernel that writes outputs (one node update each)."""
+        a = min([*self._out_aligns, *(min(d & -d, 16) for d in self._peer_deltas.values() if d)])
         for kern in self._out_kernels:
             launch = kern.launch
-            launch.set_delta(field, delta)
+            for slot, delta in slots:
+                launch.set_delta(slot, delta)
             if a != kern.out_align:
                 kern.out_align = a
                 launch.set_vec(self._pick(kern))
             launch.update()
+
+    def _set_peer_deltas(self, deltas: dict[int, int]) -> None:
+        """The push destinations' output offsets (slot -> delta), as routed (user_memory)."""
+        changed = [(k, v) for k, v in deltas.items() if self._peer_deltas.get(k, 0) != v]
+        changed += [(k, 0) for k in self._peer_deltas if k not in deltas]
+        self._peer_deltas = dict(deltas)
+        if changed:
+            self._set_deltas(changed)
 
     def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
         p, rt = self._fields[field], self.rt
@@ -356,8 +414,7 @@ class CudaExecutable:
             return f"out= has strides {buf.strides} (elements) that make elements overlap in memory"
         ent = rt.sym_lookup(buf.ptr)
         if ent is None and not rt.is_symmetric(buf.ptr):
-            return ("out= must be on the NVSHMEM symmetric heap (peers write into it): allocate it with "
-                    "redist.allocate_symmetric_memory")
+            return self._private_problem(buf, field)
         lo, hi = buf.address_range()
         if ent is not None and buf.size and (lo < ent[0] or hi > ent[0] + ent[1]):
             return (f"out= (bytes [{lo - ent[0]}, {hi - ent[0]}) of its allocation) reaches outside its symmetric "
@@ -369,9 +426,31 @@ class CudaExecutable:
                 return f"out= is not mapped like the symmetric heap for peer {d} (externally registered memory?)"
         return None
 
+    def _private_problem(self, buf: Buffer, field: int) -> str | None:
+        """Why device memory off the symmetric heap cannot be this rank's out= (None: it can)."""
+        if not self.launch_list.push_from and not self._shared_slots:  # only this rank stores into it
+            return None
+        api = memory_api(self.rt)
+        if not api.buffer_id(buf.ptr):
+            return ("out= is not device memory of this process's CUDA context (a host array, or memory of "
+                    "another GPU or process?)")
+        lo, hi = buf.address_range()
+        base, size, ok, why = api.allocation(buf.ptr)
+        if buf.size and (lo < base or hi > base + size):
+            return f"out= (bytes [{lo - base}, {hi - base}) of its allocation) reaches outside its allocation ({size} bytes)"
+        planned = self._fields[field].out_strides
+        if not ok and not buf.is_dense(planned):  # the landing route copies the result as it is laid out
+            return (f"out= has strides {buf.strides} in memory other ranks cannot map ({why}): such an out= must be "
+                    f"laid out like the result (strides {planned}); peers store into the engine-owned result and "
+                    "this rank copies it into out=")
+        return None
+
     def out_signature(self, buf: Buffer | None, field: int = 0) -> int:
-        """The output's offset on the symmetric heap: peers write at the same offset in their mapping."""
-        return self.rt.heap_offset(self.results[field].ptr if buf is None else buf.ptr)
+        """The output's offset on the symmetric heap, or its address (private device memory). Ranks
+        need not agree on it: each rank's output is routed to (user_memory.py)."""
+        if buf is None:
+            return self.rt.heap_offset(self.results[field].ptr)
+        return self.rt.heap_offset(buf.ptr) if self.rt.is_symmetric(buf.ptr) else buf.ptr
 
     def release_input(self) -> None:
         for v in self._variants.values():
@@ -383,11 +462,6 @@ class CudaExecutable:
     def output_ptr(self) -> int:
         """Field 0's output now (its engine-owned result, or the bound out=)."""
         return self.result_ptr + self._active._out_deltas[0]
-
-    def _output_offsets(self) -> tuple[int, ...]:
-        """Every field's output as a heap offset (what every rank must agree on)."""
-        deltas = self._active._out_deltas
-        return tuple(self.rt.heap_offset(b.ptr + d) for b, d in zip(self.results, deltas))
 
     # -- execution ------------------------------------------------------------------------------
 
@@ -460,18 +534,24 @@ class CudaExecutable:
                        "no operand is bound (it was released): call reset_operand() first")
         if problem is None and (capture or release_workspace):
             problem = self._capture_problem(stream, capture, release_workspace)
+        if problem is None and self._watch:  # a mapped out= freed and another allocated at its address?
+            problem = self._recheck_outputs()
         if self._agree or problem is not None:
-            offsets = self._output_offsets()
-            where = (f"out= at heap offset {offsets[0]}" if self.nfields == 1 else
-                     f"out= of the fields at heap offsets {list(offsets)}")
-            changed = self._check.check(problem, hash((offsets, bool(sync), bool(release_workspace), bool(capture))),
-                                        flag=int(self._want != self._mine),
-                                        what=(where, bool(sync), bool(release_workspace),
+            where = ", ".join(d.label() for d in self._descs)
+            changed = self._check.check(problem, hash((bool(sync), bool(release_workspace), bool(capture))),
+                                        flag=int(self._want != self._mine or self._descs != self._agreed_descs),
+                                        what=(f"out= {where}", bool(sync), bool(release_workspace),
                                               "capturing" if capture else "not capturing"))
-            if changed:  # some rank's out= strides changed: every rank learns every rank's
-                self._switch(tuple(self.rt.comm.allgather(self._want)), lower=not capture)
-        elif self._want != self._mine:  # one rank: nobody else to ask
-            self._switch((self._want,), lower=not capture)
+            if changed:  # some rank's out= strides or memory changed: every rank learns every rank's
+                every = self.rt.comm.allgather((self._want, self._descs, self._shared_slots, self.launch_list.push_from))
+                self._switch(tuple(w for w, _, _, _ in every), lower=not capture)
+                self._route([list(d) for _, d, _, _ in every], [p for _, _, _, p in every],
+                            any(sh for _, _, sh, _ in every), capture)
+        else:  # one rank: nobody else to ask
+            if self._want != self._mine:
+                self._switch((self._want,), lower=not capture)
+            if self._descs != self._agreed_descs:
+                self._route([list(self._descs)], [()], False, capture)
         exe = self._active
         if capture and exe._need_workspace:  # the same variant, so the same answer, on every rank
             raise InvalidStateError(
@@ -482,7 +562,100 @@ class CudaExecutable:
         if capture:
             self._record(exe, stream, sync)
         else:
-            exe._run(stream, sync, release_workspace, graph)
+            exe._run(stream, sync, release_workspace, graph, self._landing())
+
+    def _recheck_outputs(self) -> collective.Problem | None:
+        """Whether a private out= that peers store into is still the allocation routed (and mapped)
+        (CU_POINTER_ATTRIBUTE_BUFFER_ID, one driver query per such field): if it was freed and another
+        allocated at its address, its description changes and the call routes it anew; if it was freed
+        for good, the call is refused on every rank."""
+        api = memory_api(self.rt)
+        for f in self._watch:
+            buf, desc = self._out_bufs[f], self._descs[f]
+            if buf is None:
+                continue
+            bid = api.buffer_id(buf.ptr)
+            if bid == desc.buffer_id:
+                continue
+            if not bid:
+                return ("InvalidValueError", f"out= (field {f}) at 0x{buf.ptr:x} is no longer device memory: it was "
+                        "freed while bound (pass a live array, or out=None)")
+            self._descs[f] = self._describe_out(buf, desc.planned)
+        return None
+
+    def _route(self, descs: list[list[OutDesc]], push_from: list, shared: bool, capture: int) -> None:
+        """Collective (every rank, the same arguments): route every rank's outputs (user_memory.py):
+        map the private outputs this rank stores into, agree on the ones nobody could map, then set
+        this rank's output offsets (its own, and per push destination)."""
+        rt, ll, nf, me = self.rt, self.launch_list, self.nfields, self.rt.rank
+        if descs == self._routed:  # only strides changed
+            self._agreed_descs = list(self._descs)
+            return
+        if capture:  # the same history, so the same answer, on every rank
+            raise InvalidStateError(
+                "execute(out=...) inside a CUDA graph capture with an out= in memory no execute() has used yet: "
+                "mapping it on the ranks that store into it is collective; call execute(out=...) with it once "
+                "outside the capture first")
+        failed: list[int] = []
+        for d in () if shared else ll.push_to:
+            for desc in descs[d]:
+                if desc.kind == "private" and desc.handle:
+                    if self._mappings is None:
+                        self._mappings = PeerMappings(memory_api(rt))
+                    try:
+                        self._mappings.address(d, desc)
+                    except CudaError:
+                        failed.append(d)
+        every = rt.comm.allgather(failed) if len(descs) > 1 else [failed]
+        routes = plan_routes(descs, push_from, every, shared)
+        bad = [(r, f) for r in range(len(descs)) for f in range(nf)
+               if routes[r][f][0] == "landing" and not descs[r][f].planned]
+        if bad:
+            r, f = bad[0]
+            raise InvalidValueError(
+                f"rank {r}: out= (field {f}) cannot be mapped by the ranks storing into it ({routes[r][f][1]}) and "
+                "has strides other than the result's: the landing route copies the result as it is laid out; pass "
+                "an out= laid out like the result there")
+        res, offs = self.results, ll.field_offsets
+        peer: dict[int, int] = {}
+        for f in range(nf):
+            for d in () if shared else ll.push_to:
+                desc, route = descs[d][f], routes[d][f][0]
+                if desc.kind == "result" or route == "landing":
+                    delta = 0
+                elif desc.kind == "symmetric":
+                    delta = desc.offset - rt.heap_offset(res[f].ptr)
+                else:
+                    delta = self._mappings.address(d, desc) - (self._peer_out[d] + offs[f])
+                peer[slot_of(f, d, me, ll.push_to, nf)] = delta
+        exe = self._active
+        for f in range(nf):
+            buf = self._out_bufs[f]
+            landing = routes[me][f][0] == "landing" and buf is not None
+            self._land[f] = buf if landing else None
+            exe._set_delta(f, 0 if buf is None or landing else buf.ptr - res[f].ptr)
+        exe._set_peer_deltas(peer)
+        self._watch = [f for f in range(nf) if descs[me][f].kind == "private" and descs[me][f].buffer_id]
+        if self._mappings is not None:
+            self._mappings.trim({(d, desc.buffer_id) for d in ll.push_to for desc in descs[d]})
+        self._routed, self._agreed_descs = descs, list(self._descs)
+        self._route_text = "; ".join(
+            f"rank {r} field {f}: {descs[r][f].label()} -> {route}{' (' + why + ')' if why else ''}"
+            for r in range(len(descs)) for f, (route, why) in enumerate(routes[r]) if descs[r][f].kind != "result")
+        if self._logger is not None:
+            self._logger.info("cuda out= routes: %s", self._route_text or "every output is the engine-owned result")
+
+    def _landing(self) -> list[tuple[int, int, int]] | None:
+        """The landing route's copies (dst, src, bytes): each landed field's result into its out=."""
+        if not any(b is not None for b in self._land):
+            return None
+        out = []
+        for f, buf in enumerate(self._land):
+            if buf is not None:
+                lo, hi = self.results[f].address_range()
+                if hi > lo:
+                    out.append((buf.address_range()[0], lo, hi - lo))
+        return out
 
     def _capture_problem(self, stream: int, capture: int, release_workspace: bool) -> collective.Problem | None:
         """Why this execute cannot run as asked, found before anything is enqueued (so the user's
@@ -540,6 +713,8 @@ class CudaExecutable:
                 kernels = [(kern.launch, inside[kern.table_ptr]) for kern in exe._kernels.values()]
             except (CudaError, KeyError):  # then update_captured rewrites the whole child
                 kernels = []
+        for dst, src, n in self._landing() or ():  # the landing route's copies, recorded after the exchange
+            drv.call("cuMemcpyDtoDAsync", dst, src, n, stream)
         copy = _Copy(cid, node, exe, kernels)
         self._copies.append(copy)
         copies = self._captured.get(user_graph) or []
@@ -631,7 +806,7 @@ class CudaExecutable:
 
     def _binding(self) -> tuple:
         """What this variant's kernels read and write now: the operands, the out= offsets, the wait flag."""
-        return tuple(self._in_ptrs), tuple(self._out_deltas), self._wait
+        return tuple(self._in_ptrs), (tuple(self._out_deltas), tuple(sorted(self._peer_deltas.items()))), self._wait
 
     def _holds(self, c: _Copy, nodes: set[int]) -> bool:
         """Whether copy ``c``'s nodes are among ``nodes`` (those of the graph it was recorded into)."""
@@ -696,8 +871,10 @@ class CudaExecutable:
                 _DIRECT_UPDATES[0] = False                             # inside a child graph
                 self._updates.clear()
 
-    def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None) -> None:
-        """The agreed execute on this variant: the graph launch (or the slow path)."""
+    def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None,
+             land: list[tuple[int, int, int]] | None = None) -> None:
+        """The agreed execute on this variant: the graph launch (or the slow path), then the landed
+        outputs' copies (``land``: the base's landing fields, user_memory.py)."""
         if sync is not self._wait and bool(sync) != self._wait:
             self._set_wait(bool(sync))
         ge = self._exec
@@ -713,6 +890,8 @@ class CudaExecutable:
                 raise CudaError(f"cuGraphLaunch failed with CUresult {rc}{_err_name(rc)}")
         else:
             self._execute_slow(stream, sync, graph)
+        for dst, src, n in land or ():
+            self._drv.call("cuMemcpyDtoDAsync", dst, src, n, stream)
         if self.blocking:
             self._drv.call("cuStreamSynchronize", stream)
         if release_workspace:
@@ -725,6 +904,7 @@ class CudaExecutable:
         operand and out= offset: the next one takes them over."""
         old = self._active
         ptrs, owners, deltas = list(old._in_ptrs), list(old._in_owners), list(old._out_deltas)
+        peer = dict(old._peer_deltas)
         if all(st is None for st in layout):
             exe = self
         else:
@@ -743,6 +923,7 @@ class CudaExecutable:
         exe.rebind_inputs(ptrs, owners)
         for f, delta in enumerate(deltas):
             exe._set_delta(f, delta)
+        exe._set_peer_deltas(peer)
         exe._bound = self._bound
         if old is not exe:
             old._in_owners = [None] * self.nfields  # an inactive variant (or base) keeps no operand alive
@@ -904,6 +1085,8 @@ class CudaExecutable:
         try:
             rt.synchronize()
         finally:
+            if self._mappings is not None:  # no graph of ours can store through them any more
+                self._mappings.close()
             self._destroy_exec()
             sym, dev = self._held_memory()
             for p in dev:
@@ -955,6 +1138,8 @@ class CudaExecutable:
         more = f"; {len(self._variants)} out= layout variant(s), one active" if self._variants else ""
         if self._copies:
             more = f"{more}; {len(self._copies)} copy(ies) recorded into user captures"
+        if self._route_text:
+            more = f"{more}\n  out= routes: {self._route_text}"
         if self._active is not self:
             more = f"{more}\n  active out= layout:\n{self._active.describe()}"
         return f"{self.launch_list.describe()}\n  graph {state}; vector widths now {vecs or '-'}{more}"

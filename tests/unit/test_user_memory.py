@@ -1,0 +1,212 @@
+# SPDX-License-Identifier: Apache-2.0
+"""GPU out= in ordinary device memory (engine/cuda/user_memory.py, issue #44), on the simulated job
+of test_cuda_compile (threads as ranks, the kernel emulator, CUDA IPC simulated): the routes, the
+mapping cache keyed by buffer id, the landing route, and the refusals (every rank, the same error)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import expected_bytes, global_bytes, operand_bytes, slab_boxes
+from redist.engine import geometry as geo
+from redist.engine.cuda.user_memory import RESULT, OutDesc, plan_routes, slot_of, slots_fit
+from redist.engine.errors import InvalidStateError, InvalidValueError
+from redist.engine.plan import make_plan
+from test_cuda_compile import _device_buffer, _lower, _run_threads, _Runtime
+
+
+def test_plan_routes():
+    h = OutDesc("private", 0, 7, b"h")
+    never = OutDesc("private", 0, 8, None, "not IPC capable")
+    sym = OutDesc("symmetric", 512)
+    # rank 0 private (mapped by rank 1), rank 1 not exportable, rank 2 nobody stores into it
+    got = plan_routes([[h], [never], [never]], [[1], [0], []], [[], [], []], shared=False)
+    assert [r[0][0] for r in got] == ["direct", "landing", "direct"] and "IPC" in got[1][0][1]
+    got = plan_routes([[h], [sym]], [[1], [0]], [[], [0]], shared=False)  # rank 1 could not map rank 0's
+    assert got[0][0] == ("landing", "rank(s) [1] could not map it") and got[1][0][0] == "direct"
+    # one output slot per field: only equal symmetric offsets go direct, else every out= lands
+    assert plan_routes([[sym], [sym]], [[1], [0]], [[], []], shared=True) == [[("direct", "")]] * 2
+    got = plan_routes([[sym], [RESULT]], [[1], [0]], [[], []], shared=True)
+    assert [r[0][0] for r in got] == ["landing", "direct"]
+    assert slot_of(1, 3, 0, (2, 3), 2) == 1 + 2 * 2 and slot_of(1, 0, 0, (2, 3), 2) == 1
+    assert slots_fit(1, 63) and not slots_fit(8, 8)
+
+
+def _job(p, gshape, itemsize, body, *, transport="push", reach=None):
+    """Run ``body(rt, exe, r, check)`` on every rank of a simulated job (Slab.X -> Slab.Y);
+    ``check(ptr, k)`` asserts that ``ptr`` holds this rank's result of operand ``k`` (every rank done first)."""
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    globs = [global_bytes(gshape, itemsize, s) for s in (3, 11)]
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r, None if reach is None else reach[r])
+        plan = make_plan(r, ib, ob, itemsize=itemsize)
+        exe = _lower(rt, plan, transport=transport)
+        exe.graphs = False
+        ops = []
+        for G in globs:
+            a = operand_bytes(G, ib[r], geo.dense_strides(geo.box_shape(ib[r])), itemsize)
+            ops.append(rt.dev_alloc(len(a)))
+            rt.hub.write(ops[-1], a)
+        want = [expected_bytes(G, ob[r], "C") for G in globs]
+
+        def check(ptr, k, what=""):
+            rt.comm.allgather(None)  # every rank done writing
+            got = rt.hub.read(ptr, len(want[k]))
+            ok = all(rt.comm.allgather(bool(np.array_equal(got, want[k]))))
+            assert ok, (r, what)
+            rt.comm.allgather(None)  # every rank done reading
+
+        body(rt, exe, r, plan, ops, check)
+
+    _run_threads(p, rank)
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_private_outputs_are_stored_into_through_mappings(p):
+    """Every allocator's memory (here: any device allocation) as out=, one pass: peers store
+    through their cached mapping of it; a symmetric out= beside a private one; the first use maps,
+    later calls only check the buffer id; free() closes every mapping."""
+
+    def body(rt, exe, r, plan, ops, check):
+        api = rt.memory_api
+        nbytes = exe.result_bytes
+        x = rt.dev_alloc(nbytes + 256) + (64 if r == 1 else 0)  # not at its allocation's start on rank 1
+        y = rt.dev_alloc(nbytes)
+        sym = rt.sym_alloc(nbytes + 512 * r, owner="user") + 512 * r  # other heap offsets on other ranks
+        outs = {"x": x, "y": y, "sym": sym, "result": None}
+        for it, (name, k) in enumerate([("x", 0), ("x", 1), ("y", 0), ("x", 1), ("result", 0), ("sym", 1)]):
+            if name == "sym" and r == 0:
+                name = "x"  # rank 0 private, the others symmetric: must work
+            ptr = outs[name]
+            exe.rebind_input(ops[k])
+            exe.bind_output(None if ptr is None else _device_buffer(ptr, plan.out_shape, 8))
+            opened = api.calls["open"]
+            exe.execute(0)
+            check(exe.result_ptr if ptr is None else ptr, k, f"call {it} into {name}")
+            if it == 1:  # the same out= again: nothing mapped, one buffer-id query per call
+                assert api.calls["open"] == opened
+        assert "out= routes" in exe.describe() and "-> direct" in exe.describe()
+        assert len(api.mapped) == 2 * (p - 1)  # every destination's x and y, each mapped once
+        exe.free()
+        assert not api.mapped, "free() must close every mapping"
+
+    _job(p, (9, 10, 6), 8, body)
+
+
+def test_single_rank_private_output_needs_no_mapping():
+    def body(rt, exe, r, plan, ops, check):
+        x = rt.dev_alloc(exe.result_bytes)
+        exe.rebind_input(ops[0])
+        exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+        exe.execute(0)
+        check(x, 0)
+        assert rt.memory_api.calls == {"export": 0, "open": 0, "close": 0, "buffer_id": 0}
+        exe.free()
+
+    _job(1, (5, 6, 4), 8, body)
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_landing_route_and_reallocated_outputs(p):
+    """An out= CUDA IPC cannot export lands in the result and is copied (and described so); an
+    out= freed and reallocated at the same address is mapped anew (never written through the old
+    mapping); one freed and not reallocated is refused on every rank."""
+
+    def body(rt, exe, r, plan, ops, check):
+        api = rt.memory_api
+        nbytes = exe.result_bytes
+        x = rt.dev_alloc(nbytes)
+        if r == 1:
+            api.private.add(x)  # rank 1's out= is not exportable
+        exe.rebind_input(ops[0])
+        exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+        exe.execute(0)
+        check(x, 0, "landing")
+        assert "rank 1 field 0: private" in exe.describe() and "-> landing" in exe.describe()
+        # a strided out= there cannot land: refused locally (the call's problem)
+        ghost = _device_buffer(x, plan.out_shape, 8, order="F")
+        assert (exe.out_problem(ghost) is not None) == (r == 1 and plan.out_shape[0] > 1)
+        # rank 1 (now exportable) frees its out= and allocates another at the same address
+        rt.comm.allgather(None)
+        if r == 1:
+            api.private.discard(x)
+            rt.hub.remove(x)
+            rt.hub.add(x, nbytes)
+        exe.rebind_input(ops[1])
+        exe.execute(0)
+        check(x, 1, "reallocated")
+        assert "-> landing" not in exe.describe()
+        # rank 1 frees it for good: every rank raises, nothing is written
+        rt.comm.allgather(None)
+        if r == 1:
+            rt.hub.remove(x)
+        launches = rt.driver.launches
+        with pytest.raises(InvalidValueError, match="rank 1: out= .*no longer device memory"):
+            exe.execute(0)
+        assert rt.driver.launches == launches
+        if r == 1:
+            rt.hub.add(x, nbytes)
+        exe.bind_output(None)
+        exe.execute(0)
+        check(exe.result_ptr, 1, "back to the result")
+        exe.free()
+
+    _job(p, (9, 10, 6), 8, body)
+
+
+def test_unmappable_strided_output_is_refused_everywhere():
+    """Rank 0 cannot open rank 1's out= (e.g. not P2P-reachable for IPC): it lands; strided, every rank raises."""
+
+    def body(rt, exe, r, plan, ops, check):
+        x = rt.dev_alloc(exe.result_bytes + 4096)
+        shape = plan.out_shape
+        bases = rt.comm.allgather(x)
+        if r == 0:
+            rt.memory_api.unmappable = {bases[1]}
+        strides = tuple(s + (shape[-1] if i == 1 else 0) for i, s in enumerate(geo.dense_strides(shape)))
+        from redist.engine.buffer import Buffer
+
+        buf = Buffer(x, shape, strides, 8, "cuda", 0) if r == 1 else _device_buffer(x, shape, 8)
+        exe.rebind_input(ops[0])
+        exe.bind_output(buf)
+        with pytest.raises(InvalidValueError, match="rank 1: out= .*cannot be mapped"):
+            exe.execute(0)
+        exe.bind_output(_device_buffer(x, shape, 8))  # laid out like the result: it lands
+        exe.execute(0)
+        check(x, 0, "landed")
+        exe.free()
+
+    _job(2, (6, 8, 4), 8, body)
+
+
+def test_new_private_output_inside_a_capture_is_refused():
+    """Mapping a new allocation is collective: refused inside a capture on every rank; once used
+    outside, the capture records the exchange into it (and the landing copy), and replays are right."""
+
+    def body(rt, exe, r, plan, ops, check):
+        drv = rt.driver
+        x = rt.dev_alloc(exe.result_bytes)
+        if r == 0:
+            rt.memory_api.private.add(x)  # rank 0 lands: its copy is recorded too
+        exe.rebind_input(ops[0])
+        exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+        stream = 99
+        drv.begin_capture(stream)
+        with pytest.raises(InvalidStateError, match="inside a CUDA graph capture with an out= in memory"):
+            exe.execute(stream)
+        drv.end_capture(stream, discard=True)
+        exe.execute(0)  # outside: maps it
+        check(x, 0, "outside")
+        exe.rebind_input(ops[1])
+        drv.begin_capture(stream)
+        exe.execute(stream)
+        graph = drv.end_capture(stream)
+        g_exec = drv.instantiate(graph)
+        for _ in range(3):
+            assert drv.cuGraphLaunch(g_exec, 0) == 0
+            check(x, 1, "replayed")
+        exe.release_captured()
+        exe.free()
+
+    _job(2, (6, 8, 4), 8, body)
