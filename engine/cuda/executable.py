@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -160,9 +161,10 @@ class CudaExecutable:
         self._route_text = ""
         self._mappings: PeerMappings | None = None
         self._shared_slots = not slots_fit(nf, len(ll.push_to))
-        self._exported: dict[int, tuple[int, bytes | None, str]] = {}  # buffer id -> (base, IPC handle, why not)
+        self._exported: dict[int, list] = {}  # buffer id -> [base, IPC handle (b"": not yet; None: never), why not]
         self._watch: list[int] = []  # fields whose out= peers store into (mapped, or landed): checked per call
         self._routed: list | None = None  # every rank's outputs as last routed (the same on every rank)
+        self._landing_anywhere = False  # some rank's out= takes the landing route
         # kernels only (one rank; push with the epoch protocol): recorded flat into a user's capture
         self._flat = all(st.op == "kernel" for st in ll.steps)
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
@@ -362,14 +364,27 @@ class CudaExecutable:
         api = memory_api(rt)
         bid = api.buffer_id(buf.ptr)
         known = self._exported.get(bid) if bid else None
-        if known is None:
+        if known is None:  # pointer queries only: allowed while a stream captures (the export is not)
             base, _, ok, why = api.allocation(buf.ptr)
-            known = (base, api.export(base) if ok else None, why)
+            known = [base, b"" if ok else None, why]
             if len(self._exported) >= 64:
                 self._exported.clear()
             self._exported[bid] = known
         base, handle, why = known
-        return OutDesc("private", buf.ptr - base, bid, handle, why, planned)
+        return OutDesc("private", buf.ptr - base, bid, None, why, planned, handle is not None)
+
+    def _exported_descs(self) -> list[OutDesc]:
+        """This rank's outputs with their allocations' IPC handles (exported once per allocation;
+        outside any capture: cuIpcGetMemHandle is not a stream operation)."""
+        out = []
+        for desc in self._descs:
+            if desc.kind == "private" and desc.exportable and desc.buffer_id:
+                known = self._exported[desc.buffer_id]
+                if not known[1]:
+                    known[1] = memory_api(self.rt).export(known[0])
+                desc = replace(desc, handle=known[1])
+            out.append(desc)
+        return out
 
     def _set_delta(self, field: int, delta: int) -> None:
         if delta == self._out_deltas[field]:
@@ -543,7 +558,8 @@ class CudaExecutable:
                                         what=(f"out= {where}", bool(sync), bool(release_workspace),
                                               "capturing" if capture else "not capturing"))
             if changed:  # some rank's out= strides or memory changed: every rank learns every rank's
-                every = self.rt.comm.allgather((self._want, self._descs, self._shared_slots, self.launch_list.push_from))
+                descs = self._descs if capture else self._exported_descs()  # (a capture is refused by _route)
+                every = self.rt.comm.allgather((self._want, descs, self._shared_slots, self.launch_list.push_from))
                 self._switch(tuple(w for w, _, _, _ in every), lower=not capture)
                 self._route([list(d) for _, d, _, _ in every], [p for _, _, _, p in every],
                             any(sh for _, _, sh, _ in every), capture)
@@ -551,7 +567,7 @@ class CudaExecutable:
             if self._want != self._mine:
                 self._switch((self._want,), lower=not capture)
             if self._descs != self._agreed_descs:
-                self._route([list(self._descs)], [()], False, capture)
+                self._route([list(self._descs)], [()], False, capture)  # no peer: nothing to export
         exe = self._active
         if capture and exe._need_workspace:  # the same variant, so the same answer, on every rank
             raise InvalidStateError(
@@ -559,6 +575,7 @@ class CudaExecutable:
                 "this out= layout is collective and synchronises the GPU; call execute() with this out= once "
                 "outside the capture first")
         self._out_unagreed = False
+        sync = sync or self._landing_anywhere  # a landed result is read by its owner's copy: writers wait
         if capture:
             self._record(exe, stream, sync)
         else:
@@ -639,6 +656,7 @@ class CudaExecutable:
         if self._mappings is not None:
             self._mappings.trim({(d, desc.buffer_id) for d in ll.push_to for desc in descs[d]})
         self._routed, self._agreed_descs = descs, list(self._descs)
+        self._landing_anywhere = any(route == "landing" for row in routes for route, _ in row)
         self._route_text = "; ".join(
             f"rank {r} field {f}: {descs[r][f].label()} -> {route}{' (' + why + ')' if why else ''}"
             for r in range(len(descs)) for f, (route, why) in enumerate(routes[r]) if descs[r][f].kind != "result")

@@ -56,10 +56,11 @@ class OutDesc:
     handle: bytes | None = None  # private: CUDA IPC handle of the allocation; None: cannot be exported
     why: str = ""  # private without a handle: why
     planned: bool = True  # laid out like the engine-owned result (the landing route needs it)
+    exportable: bool = False  # private: CUDA IPC can export its allocation (the handle is made when needed)
 
     def label(self) -> str:
         if self.kind == "private":
-            return f"private (buffer {self.buffer_id}{'' if self.handle else ', not exportable: ' + self.why})"
+            return f"private (buffer {self.buffer_id}{'' if self.exportable else ', not exportable: ' + self.why})"
         return self.kind if self.kind == "result" else f"symmetric at heap offset {self.offset}"
 
 
@@ -102,8 +103,8 @@ def plan_routes(descs: Sequence[Sequence[OutDesc]], push_from: Sequence[Sequence
             d = descs[r][f]
             if d.kind != "private" or not push_from[r]:
                 continue
-            if d.handle is None:
-                out[r][f] = ("landing", d.why)
+            if not d.handle:
+                out[r][f] = ("landing", d.why or "not exported")
             else:
                 bad = [s for s in push_from[r] if r in failed[s]]
                 if bad:
