@@ -101,7 +101,7 @@ def main() -> None:
             first_us = max(comm.allgather(statistics.median(first)))
             del graphs
             r.release_captured()
-            route = r._exe._route_text
+            route = r._exe._outputs.text
         rows.append((n, times, host, first_us, route))
     if rank != 0:
         return

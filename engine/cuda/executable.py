@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -37,7 +36,7 @@ from ..errors import CudaError, InvalidStateError, InvalidValueError
 from ..plan import FusedPlan, Plan, fuse
 from . import kernels
 from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
-from .user_memory import RESULT, OutDesc, PeerMappings, memory_api, plan_routes, slot_of, slots_fit
+from .user_memory import Outputs, slot_of
 
 if TYPE_CHECKING:
     from .graph import Capture, GraphExec, KernelLaunch
@@ -152,19 +151,7 @@ class CudaExecutable:
         self._retirements = 0  # variants evicted while copies of them may run
         self._held = [True]  # shared with the retired memory of copies recorded so far: False once released
         self._capture_status = rt.driver.capture_status
-        # out= in any device memory (user_memory.py): this rank's outputs as it would describe them, as
-        # last agreed, the bound buffers, the fields that land in the result first, the routes' text
-        self._descs: list[OutDesc] = [RESULT] * nf
-        self._agreed_descs: list[OutDesc] = [RESULT] * nf
-        self._out_bufs: list[Buffer | None] = [None] * nf
-        self._land: list[Buffer | None] = [None] * nf
-        self._route_text = ""
-        self._mappings: PeerMappings | None = None
-        self._shared_slots = not slots_fit(nf, len(ll.push_to))
-        self._exported: dict[int, list] = {}  # buffer id -> [base, IPC handle (b"": not yet; None: never), why not]
-        self._watch: list[int] = []  # fields whose out= peers store into (mapped, or landed): checked per call
-        self._routed: list | None = None  # every rank's outputs as last routed (the same on every rank)
-        self._landing_anywhere = False  # some rank's out= takes the landing route
+        self._outputs: Outputs | None = None  # out= in any device memory, routed (user_memory.py; the base's)
         # kernels only (one rank; push with the epoch protocol): recorded flat into a user's capture
         self._flat = all(st.op == "kernel" for st in ll.steps)
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
@@ -191,6 +178,7 @@ class CudaExecutable:
             for d in ll.push_to:
                 if not self._peer_out[d]:
                     raise CudaError(f"nvshmem_ptr(result, {d}) is NULL although peer {d} was found reachable")
+            self._outputs = Outputs(rt, nf, ll.push_to, ll.push_from, self.results, self._peer_out, ll.field_offsets)
             self._base_align = min([align_of(a) for a in (self.result_ptr, *self._peer_out.values()) if a] or [16])
             from .graph import KernelLaunch
 
@@ -343,48 +331,10 @@ class CudaExecutable:
         dense = buf is None or buf.is_dense(planned)
         self._wants[field] = None if dense else tuple(buf.strides)
         self._want = None if all(w is None for w in self._wants) else tuple(self._wants)
-        self._out_bufs[field] = buf
-        self._descs[field] = self._describe_out(buf, dense)
-        landing = self._land[field] is not None and self._descs[field] == self._agreed_descs[field]
+        landing = self._outputs.bind(field, buf, dense)
         delta = 0 if buf is None or landing else buf.ptr - self.results[field].ptr
-        if landing:
-            self._land[field] = buf
         self._active._set_delta(field, delta)  # the running one's nodes only
         self._out_unagreed = True
-
-    def _describe_out(self, buf: Buffer | None, planned: bool) -> OutDesc:
-        """What this rank's output ``buf`` is, as the other ranks must know it (user_memory.OutDesc)."""
-        rt = self.rt
-        if buf is None:
-            return RESULT
-        if rt.sym_lookup(buf.ptr) is not None or rt.is_symmetric(buf.ptr):
-            return OutDesc("symmetric", rt.heap_offset(buf.ptr), planned=planned)
-        if not self.launch_list.push_from and not self._shared_slots:  # nobody else stores into it: one
-            return OutDesc("private", planned=planned, handle=b"")  # description whatever its address
-        api = memory_api(rt)
-        bid = api.buffer_id(buf.ptr)
-        known = self._exported.get(bid) if bid else None
-        if known is None:  # pointer queries only: allowed while a stream captures (the export is not)
-            base, _, ok, why = api.allocation(buf.ptr)
-            known = [base, b"" if ok else None, why]
-            if len(self._exported) >= 64:
-                self._exported.clear()
-            self._exported[bid] = known
-        base, handle, why = known
-        return OutDesc("private", buf.ptr - base, bid, None, why, planned, handle is not None)
-
-    def _exported_descs(self) -> list[OutDesc]:
-        """This rank's outputs with their allocations' IPC handles (exported once per allocation;
-        outside any capture: cuIpcGetMemHandle is not a stream operation)."""
-        out = []
-        for desc in self._descs:
-            if desc.kind == "private" and desc.exportable and desc.buffer_id:
-                known = self._exported[desc.buffer_id]
-                if not known[1]:
-                    known[1] = memory_api(self.rt).export(known[0])
-                desc = replace(desc, handle=known[1])
-            out.append(desc)
-        return out
 
     def _set_delta(self, field: int, delta: int) -> None:
         if delta == self._out_deltas[field]:
@@ -429,7 +379,7 @@ class CudaExecutable:
             return f"out= has strides {buf.strides} (elements) that make elements overlap in memory"
         ent = rt.sym_lookup(buf.ptr)
         if ent is None and not rt.is_symmetric(buf.ptr):
-            return self._private_problem(buf, field)
+            return self._outputs.problem(buf, p.out_strides)
         lo, hi = buf.address_range()
         if ent is not None and buf.size and (lo < ent[0] or hi > ent[0] + ent[1]):
             return (f"out= (bytes [{lo - ent[0]}, {hi - ent[0]}) of its allocation) reaches outside its symmetric "
@@ -439,25 +389,6 @@ class CudaExecutable:
         for d in self.launch_list.push_to:
             if rt.peer_ptr(buf.ptr, d) != rt.peer_ptr(result, d) + delta:
                 return f"out= is not mapped like the symmetric heap for peer {d} (externally registered memory?)"
-        return None
-
-    def _private_problem(self, buf: Buffer, field: int) -> str | None:
-        """Why device memory off the symmetric heap cannot be this rank's out= (None: it can)."""
-        if not self.launch_list.push_from and not self._shared_slots:  # only this rank stores into it
-            return None
-        api = memory_api(self.rt)
-        if not api.buffer_id(buf.ptr):
-            return ("out= is not device memory of this process's CUDA context (a host array, or memory of "
-                    "another GPU or process?)")
-        lo, hi = buf.address_range()
-        base, size, ok, why = api.allocation(buf.ptr)
-        if buf.size and (lo < base or hi > base + size):
-            return f"out= (bytes [{lo - base}, {hi - base}) of its allocation) reaches outside its allocation ({size} bytes)"
-        planned = self._fields[field].out_strides
-        if not ok and not buf.is_dense(planned):  # the landing route copies the result as it is laid out
-            return (f"out= has strides {buf.strides} in memory other ranks cannot map ({why}): such an out= must be "
-                    f"laid out like the result (strides {planned}); peers store into the engine-owned result and "
-                    "this rank copies it into out=")
         return None
 
     def out_signature(self, buf: Buffer | None, field: int = 0) -> int:
@@ -549,25 +480,23 @@ class CudaExecutable:
                        "no operand is bound (it was released): call reset_operand() first")
         if problem is None and (capture or release_workspace):
             problem = self._capture_problem(stream, capture, release_workspace)
-        if problem is None and self._watch:  # a mapped out= freed and another allocated at its address?
-            problem = self._recheck_outputs()
+        outputs = self._outputs
+        if problem is None and outputs.watch:  # an out= peers store into freed (and another allocated there)?
+            problem = outputs.recheck()
         if self._agree or problem is not None:
-            where = ", ".join(d.label() for d in self._descs)
             changed = self._check.check(problem, hash((bool(sync), bool(release_workspace), bool(capture))),
-                                        flag=int(self._want != self._mine or self._descs != self._agreed_descs),
-                                        what=(f"out= {where}", bool(sync), bool(release_workspace),
+                                        flag=int(self._want != self._mine or outputs.changed),
+                                        what=(outputs.where, bool(sync), bool(release_workspace),
                                               "capturing" if capture else "not capturing"))
             if changed:  # some rank's out= strides or memory changed: every rank learns every rank's
-                descs = self._descs if capture else self._exported_descs()  # (a capture is refused by _route)
-                every = self.rt.comm.allgather((self._want, descs, self._shared_slots, self.launch_list.push_from))
-                self._switch(tuple(w for w, _, _, _ in every), lower=not capture)
-                self._route([list(d) for _, d, _, _ in every], [p for _, _, _, p in every],
-                            any(sh for _, _, sh, _ in every), capture)
+                every = self.rt.comm.allgather((self._want, outputs.payload(bool(capture))))
+                self._switch(tuple(w for w, _ in every), lower=not capture)
+                self._route([x for _, x in every], capture)
         else:  # one rank: nobody else to ask
             if self._want != self._mine:
                 self._switch((self._want,), lower=not capture)
-            if self._descs != self._agreed_descs:
-                self._route([list(self._descs)], [()], False, capture)  # no peer: nothing to export
+            if outputs.changed:
+                self._route([outputs.payload(True)], capture)  # no peer: nothing to export
         exe = self._active
         if capture and exe._need_workspace:  # the same variant, so the same answer, on every rank
             raise InvalidStateError(
@@ -575,105 +504,24 @@ class CudaExecutable:
                 "this out= layout is collective and synchronises the GPU; call execute() with this out= once "
                 "outside the capture first")
         self._out_unagreed = False
-        sync = sync or self._landing_anywhere  # a landed result is read by its owner's copy: writers wait
+        sync = sync or outputs.landing_anywhere  # a landed result is read by its owner's copy: writers wait
         if capture:
             self._record(exe, stream, sync)
         else:
-            exe._run(stream, sync, release_workspace, graph, self._landing())
+            exe._run(stream, sync, release_workspace, graph, outputs.landing())
 
-    def _recheck_outputs(self) -> collective.Problem | None:
-        """Whether a private out= that peers store into is still the allocation routed (and mapped)
-        (CU_POINTER_ATTRIBUTE_BUFFER_ID, one driver query per such field): if it was freed and another
-        allocated at its address, its description changes and the call routes it anew; if it was freed
-        for good, the call is refused on every rank."""
-        api = memory_api(self.rt)
-        for f in self._watch:
-            buf, desc = self._out_bufs[f], self._descs[f]
-            if buf is None:
-                continue
-            bid = api.buffer_id(buf.ptr)
-            if bid == desc.buffer_id:
-                continue
-            if not bid:
-                return ("InvalidValueError", f"out= (field {f}) at 0x{buf.ptr:x} is no longer device memory: it was "
-                        "freed while bound (pass a live array, or out=None)")
-            self._descs[f] = self._describe_out(buf, desc.planned)
-        return None
-
-    def _route(self, descs: list[list[OutDesc]], push_from: list, shared: bool, capture: int) -> None:
-        """Collective (every rank, the same arguments): route every rank's outputs (user_memory.py):
-        map the private outputs this rank stores into, agree on the ones nobody could map, then set
-        this rank's output offsets (its own, and per push destination)."""
-        rt, ll, nf, me = self.rt, self.launch_list, self.nfields, self.rt.rank
-        if descs == self._routed:  # only strides changed
-            self._agreed_descs = list(self._descs)
+    def _route(self, every: list[tuple], capture: int) -> None:
+        """Collective: route every rank's outputs (user_memory.Outputs.route) and set the offsets."""
+        offsets = self._outputs.route(every, bool(capture))
+        if offsets is None:
             return
-        if capture:  # the same history, so the same answer, on every rank
-            raise InvalidStateError(
-                "execute(out=...) inside a CUDA graph capture with an out= in memory no execute() has used yet: "
-                "mapping it on the ranks that store into it is collective; call execute(out=...) with it once "
-                "outside the capture first")
-        failed: list[int] = []
-        for d in () if shared else ll.push_to:
-            for desc in descs[d]:
-                if desc.kind == "private" and desc.handle:
-                    if self._mappings is None:
-                        self._mappings = PeerMappings(memory_api(rt))
-                    try:
-                        self._mappings.address(d, desc)
-                    except CudaError:
-                        failed.append(d)
-        every = rt.comm.allgather(failed) if len(descs) > 1 else [failed]
-        routes = plan_routes(descs, push_from, every, shared)
-        bad = [(r, f) for r in range(len(descs)) for f in range(nf)
-               if routes[r][f][0] == "landing" and not descs[r][f].planned]
-        if bad:
-            r, f = bad[0]
-            raise InvalidValueError(
-                f"rank {r}: out= (field {f}) cannot be mapped by the ranks storing into it ({routes[r][f][1]}) and "
-                "has strides other than the result's: the landing route copies the result as it is laid out; pass "
-                "an out= laid out like the result there")
-        res, offs = self.results, ll.field_offsets
-        peer: dict[int, int] = {}
-        for f in range(nf):
-            for d in () if shared else ll.push_to:
-                desc, route = descs[d][f], routes[d][f][0]
-                if desc.kind == "result" or route == "landing":
-                    delta = 0
-                elif desc.kind == "symmetric":
-                    delta = desc.offset - rt.heap_offset(res[f].ptr)
-                else:
-                    delta = self._mappings.address(d, desc) - (self._peer_out[d] + offs[f])
-                peer[slot_of(f, d, me, ll.push_to, nf)] = delta
+        own, peer = offsets
         exe = self._active
-        for f in range(nf):
-            buf = self._out_bufs[f]
-            landing = routes[me][f][0] == "landing" and buf is not None
-            self._land[f] = buf if landing else None
-            exe._set_delta(f, 0 if buf is None or landing else buf.ptr - res[f].ptr)
+        for f, delta in enumerate(own):
+            exe._set_delta(f, delta)
         exe._set_peer_deltas(peer)
-        self._watch = [f for f in range(nf) if descs[me][f].kind == "private" and descs[me][f].buffer_id]
-        if self._mappings is not None:
-            self._mappings.trim({(d, desc.buffer_id) for d in ll.push_to for desc in descs[d]})
-        self._routed, self._agreed_descs = descs, list(self._descs)
-        self._landing_anywhere = any(route == "landing" for row in routes for route, _ in row)
-        self._route_text = "; ".join(
-            f"rank {r} field {f}: {descs[r][f].label()} -> {route}{' (' + why + ')' if why else ''}"
-            for r in range(len(descs)) for f, (route, why) in enumerate(routes[r]) if descs[r][f].kind != "result")
         if self._logger is not None:
-            self._logger.info("cuda out= routes: %s", self._route_text or "every output is the engine-owned result")
-
-    def _landing(self) -> list[tuple[int, int, int]] | None:
-        """The landing route's copies (dst, src, bytes): each landed field's result into its out=."""
-        if not any(b is not None for b in self._land):
-            return None
-        out = []
-        for f, buf in enumerate(self._land):
-            if buf is not None:
-                lo, hi = self.results[f].address_range()
-                if hi > lo:
-                    out.append((buf.address_range()[0], lo, hi - lo))
-        return out
+            self._logger.info("cuda out= routes: %s", self._outputs.text or "every output is the engine-owned result")
 
     def _capture_problem(self, stream: int, capture: int, release_workspace: bool) -> collective.Problem | None:
         """Why this execute cannot run as asked, found before anything is enqueued (so the user's
@@ -731,7 +579,7 @@ class CudaExecutable:
                 kernels = [(kern.launch, inside[kern.table_ptr]) for kern in exe._kernels.values()]
             except (CudaError, KeyError):  # then update_captured rewrites the whole child
                 kernels = []
-        for dst, src, n in self._landing() or ():  # the landing route's copies, recorded after the exchange
+        for dst, src, n in self._outputs.landing() or ():  # the landing route's copies, recorded after the exchange
             drv.call("cuMemcpyDtoDAsync", dst, src, n, stream)
         copy = _Copy(cid, node, exe, kernels)
         self._copies.append(copy)
@@ -1103,8 +951,8 @@ class CudaExecutable:
         try:
             rt.synchronize()
         finally:
-            if self._mappings is not None:  # no graph of ours can store through them any more
-                self._mappings.close()
+            if self._outputs is not None:  # no graph of ours can store through its mappings any more
+                self._outputs.close()
             self._destroy_exec()
             sym, dev = self._held_memory()
             for p in dev:
@@ -1156,8 +1004,8 @@ class CudaExecutable:
         more = f"; {len(self._variants)} out= layout variant(s), one active" if self._variants else ""
         if self._copies:
             more = f"{more}; {len(self._copies)} copy(ies) recorded into user captures"
-        if self._route_text:
-            more = f"{more}\n  out= routes: {self._route_text}"
+        if self._outputs is not None and self._outputs.text:
+            more = f"{more}\n  out= routes: {self._outputs.text}"
         if self._active is not self:
             more = f"{more}\n  active out= layout:\n{self._active.describe()}"
         return f"{self.launch_list.describe()}\n  graph {state}; vector widths now {vecs or '-'}{more}"

@@ -34,13 +34,14 @@ from __future__ import annotations
 import ctypes
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CudaError
 from . import kernels
 
-__all__ = ["DriverMemory", "OutDesc", "PeerMappings", "RESULT", "memory_api", "plan_routes", "slot_of"]
+__all__ = ["DriverMemory", "OutDesc", "Outputs", "PeerMappings", "RESULT", "memory_api", "plan_routes", "slot_of",
+           "slots_fit"]
 
 #: mappings of peers' allocations kept per executable (least recently used ones beyond are closed)
 MAPPINGS = 32
@@ -217,3 +218,199 @@ class PeerMappings:
                 self.api.close(base)
             except Exception:  # noqa: BLE001, S110 -- the context may be gone at interpreter exit
                 pass
+
+
+class Outputs:
+    """One executable's outputs as routed (every field; its layout variants share them): this
+    rank's descriptions, as bound and as last agreed, every rank's as last routed, the mappings of
+    the destinations' outputs, the fields that land. The executable applies the offsets it gives."""
+
+    def __init__(self, rt: Any, nfields: int, push_to: Sequence[int], push_from: Sequence[int],
+                 results: Sequence[Any], peer_out: dict[int, int], field_offsets: Sequence[int]) -> None:
+        self.rt, self.nfields = rt, nfields
+        self.push_to, self.push_from = tuple(push_to), tuple(push_from)
+        self.results, self.peer_out, self.field_offsets = results, peer_out, tuple(field_offsets)
+        self.shared = not slots_fit(nfields, len(push_to))  # one output slot per field (too many destinations)
+        self.descs: list[OutDesc] = [RESULT] * nfields  # this rank's, as bound
+        self.agreed: list[OutDesc] = [RESULT] * nfields  # as last routed
+        self.bufs: list[Any] = [None] * nfields  # the bound outputs (None: the result)
+        self.land: list[Any] = [None] * nfields  # the bound outputs that take the landing route
+        self.landing_anywhere = False  # some rank's output lands (writers then always wait for credits)
+        self.watch: list[int] = []  # fields whose output peers store into: buffer id checked per call
+        self.text = ""  # the routes, for describe() and the logger
+        self._routed: list | None = None  # every rank's descriptions as last routed (equal on every rank)
+        self._mappings: PeerMappings | None = None
+        self._exported: dict[int, list] = {}  # buffer id -> [base, IPC handle (b"": not yet; None: never), why not]
+        self._where: tuple[list, str] = ([], "")
+
+    @property
+    def changed(self) -> bool:
+        return self.descs != self.agreed
+
+    @property
+    def where(self) -> str:
+        """This rank's outputs in words (for the agreement's error message; remade when they change)."""
+        if self._where[0] != self.descs:
+            self._where = (list(self.descs), "out= " + ", ".join(d.label() for d in self.descs))
+        return self._where[1]
+
+    def bind(self, field: int, buf: Any, planned: bool) -> bool:
+        """Bind field ``field``'s output (None: the result); whether it lands (its own offset is 0)."""
+        self.bufs[field] = buf
+        self.descs[field] = self.describe(buf, planned)
+        landing = self.land[field] is not None and self.descs[field] == self.agreed[field]
+        self.land[field] = buf if landing else None
+        return landing
+
+    def describe(self, buf: Any, planned: bool) -> OutDesc:
+        """What this rank's output ``buf`` is, as the other ranks must know it."""
+        rt = self.rt
+        if buf is None:
+            return RESULT
+        if rt.sym_lookup(buf.ptr) is not None or rt.is_symmetric(buf.ptr):
+            return OutDesc("symmetric", rt.heap_offset(buf.ptr), planned=planned)
+        if not self.push_from and not self.shared:  # nobody else stores into it: one description
+            return OutDesc("private", planned=planned, handle=b"")  # whatever its address
+        api = memory_api(rt)
+        bid = api.buffer_id(buf.ptr)
+        known = self._exported.get(bid) if bid else None
+        if known is None:  # pointer queries only: allowed while a stream captures (the export is not)
+            base, _, ok, why = api.allocation(buf.ptr)
+            known = [base, b"" if ok else None, why]
+            if len(self._exported) >= 64:
+                self._exported.clear()
+            self._exported[bid] = known
+        base, handle, why = known
+        return OutDesc("private", buf.ptr - base, bid, None, why, planned, handle is not None)
+
+    def problem(self, buf: Any, planned_strides: tuple) -> str | None:
+        """Why device memory off the symmetric heap cannot be this rank's output (None: it can)."""
+        if not self.push_from and not self.shared:  # only this rank stores into it
+            return None
+        api = memory_api(self.rt)
+        if not api.buffer_id(buf.ptr):
+            return ("out= is not device memory of this process's CUDA context (a host array, or memory of "
+                    "another GPU or process?)")
+        lo, hi = buf.address_range()
+        base, size, ok, why = api.allocation(buf.ptr)
+        if buf.size and (lo < base or hi > base + size):
+            return f"out= (bytes [{lo - base}, {hi - base}) of its allocation) reaches outside its allocation ({size} bytes)"
+        if not ok and not buf.is_dense(planned_strides):  # the landing route copies the result as it is laid out
+            return (f"out= has strides {buf.strides} in memory other ranks cannot map ({why}): such an out= must be "
+                    f"laid out like the result (strides {planned_strides}); peers store into the engine-owned result "
+                    "and this rank copies it into out=")
+        return None
+
+    def recheck(self) -> tuple[str, str] | None:
+        """Whether each output peers store into is still the allocation routed (one buffer-id query
+        per such field): freed and reallocated at its address, it is described anew (the call routes
+        it again); freed for good, the call's problem."""
+        api = memory_api(self.rt)
+        for f in self.watch:
+            buf, desc = self.bufs[f], self.descs[f]
+            if buf is None:
+                continue
+            bid = api.buffer_id(buf.ptr)
+            if bid == desc.buffer_id:
+                continue
+            if not bid:
+                return ("InvalidValueError", f"out= (field {f}) at 0x{buf.ptr:x} is no longer device memory: it was "
+                        "freed while bound (pass a live array, or out=None)")
+            self.descs[f] = self.describe(buf, desc.planned)
+        return None
+
+    def payload(self, capture: bool) -> tuple:
+        """What this rank tells the others when some rank's outputs changed: its descriptions with
+        their allocations' IPC handles (exported once per allocation, never inside a capture, which
+        :meth:`route` refuses anyway), whether it has one slot per field, who stores into it."""
+        descs = []
+        for desc in self.descs:
+            if not capture and desc.kind == "private" and desc.exportable and desc.buffer_id:
+                known = self._exported[desc.buffer_id]
+                if not known[1]:
+                    known[1] = memory_api(self.rt).export(known[0])
+                desc = replace(desc, handle=known[1])
+            descs.append(desc)
+        return descs, self.shared, self.push_from
+
+    def route(self, every: Sequence[tuple], capture: bool) -> tuple[list[int], dict[int, int]] | None:
+        """Collective (every rank, every rank's :meth:`payload`): map the private outputs this rank
+        stores into, agree on those some writer could not map, route them all (:func:`plan_routes`).
+        Returns this rank's own output offsets (per field) and the push destinations' (slot -> offset),
+        or None when no output changed anywhere (only strides)."""
+        from ..errors import InvalidStateError, InvalidValueError
+
+        rt, nf, me = self.rt, self.nfields, self.rt.rank
+        descs = [list(d) for d, _, _ in every]
+        push_from = [p for _, _, p in every]
+        shared = any(sh for _, sh, _ in every)
+        if descs == self._routed:
+            self.agreed = list(self.descs)
+            return None
+        if capture:  # the same history, so the same answer, on every rank
+            raise InvalidStateError(
+                "execute(out=...) inside a CUDA graph capture with an out= in memory no execute() has used yet: "
+                "mapping it on the ranks that store into it is collective; call execute(out=...) with it once "
+                "outside the capture first")
+        failed: list[int] = []
+        for d in () if shared else self.push_to:
+            for desc in descs[d]:
+                if desc.kind == "private" and desc.handle:
+                    if self._mappings is None:
+                        self._mappings = PeerMappings(memory_api(rt))
+                    try:
+                        self._mappings.address(d, desc)
+                    except CudaError:
+                        failed.append(d)
+        routes = plan_routes(descs, push_from, rt.comm.allgather(failed) if len(descs) > 1 else [failed], shared)
+        bad = [(r, f) for r in range(len(descs)) for f in range(nf)
+               if routes[r][f][0] == "landing" and not descs[r][f].planned]
+        if bad:
+            r, f = bad[0]
+            raise InvalidValueError(
+                f"rank {r}: out= (field {f}) cannot be mapped by the ranks storing into it ({routes[r][f][1]}) and "
+                "has strides other than the result's: the landing route copies the result as it is laid out; pass "
+                "an out= laid out like the result there")
+        res = self.results
+        peer: dict[int, int] = {}
+        for f in range(nf):
+            for d in () if shared else self.push_to:
+                desc, route = descs[d][f], routes[d][f][0]
+                if desc.kind == "result" or route == "landing":
+                    delta = 0
+                elif desc.kind == "symmetric":
+                    delta = desc.offset - rt.heap_offset(res[f].ptr)
+                else:
+                    delta = self._mappings.address(d, desc) - (self.peer_out[d] + self.field_offsets[f])
+                peer[slot_of(f, d, me, self.push_to, nf)] = delta
+        own = []
+        for f, buf in enumerate(self.bufs):
+            landing = routes[me][f][0] == "landing" and buf is not None
+            self.land[f] = buf if landing else None
+            own.append(0 if buf is None or landing else buf.ptr - res[f].ptr)
+        self.watch = [f for f in range(nf) if descs[me][f].kind == "private" and descs[me][f].buffer_id]
+        if self._mappings is not None:
+            self._mappings.trim({(d, desc.buffer_id) for d in self.push_to for desc in descs[d]})
+        self._routed, self.agreed = descs, list(self.descs)
+        self.landing_anywhere = any(route == "landing" for row in routes for route, _ in row)
+        self.text = "; ".join(
+            f"rank {r} field {f}: {descs[r][f].label()} -> {route}{' (' + why + ')' if why else ''}"
+            for r in range(len(descs)) for f, (route, why) in enumerate(routes[r]) if descs[r][f].kind != "result")
+        return own, peer
+
+    def landing(self) -> list[tuple[int, int, int]] | None:
+        """The landing route's copies (dst, src, bytes): each landed field's result into its output."""
+        if not any(b is not None for b in self.land):
+            return None
+        out = []
+        for f, buf in enumerate(self.land):
+            if buf is not None:
+                lo, hi = self.results[f].address_range()
+                if hi > lo:
+                    out.append((buf.address_range()[0], lo, hi - lo))
+        return out
+
+    def close(self) -> None:
+        """Close every mapping (free())."""
+        if self._mappings is not None:
+            self._mappings.close()

@@ -152,7 +152,7 @@ def run_allocators(report: Report) -> None:
                     report.check(np.array_equal(cupy_host(ptr, want.shape), want if k % 2 else want2),
                                  f"{name}: call {k} wrong")
             if rank == 0:
-                print(f"{name}: {r._exe._route_text[:200]}", flush=True)
+                print(f"{name}: {r._exe._outputs.text[:200]}", flush=True)
             r.execute()  # unbind x before it goes
             if free is not None:
                 cp.cuda.runtime.deviceSynchronize()
@@ -302,7 +302,7 @@ def run_expandable(report: Report) -> None:
             r.execute(out=x)
         report.check(np.array_equal(torch_host(x), want), "expandable_segments out= wrong")
         if rank == 0:
-            print(f"expandable_segments: {r._exe._route_text[:200]}", flush=True)
+            print(f"expandable_segments: {r._exe._outputs.text[:200]}", flush=True)
 
 
 MODES = {"allocators": run_allocators, "capture": run_capture, "bad": run_bad, "expandable": run_expandable}
