@@ -210,3 +210,70 @@ def test_new_private_output_inside_a_capture_is_refused():
         exe.free()
 
     _job(2, (6, 8, 4), 8, body)
+
+
+@pytest.mark.parametrize("transport", ["push", "mixed"])
+def test_fused_fields_into_private_strided_outputs(transport, monkeypatch):
+    """Three fields: field 1 into private memory (not exportable on rank 2: it lands), field 2 into
+    the interior of a private ghosted allocation (strided, each rank's at its own place), field 0
+    the result; with a pair that cannot reach each other (put) beside the pushes."""
+    import math
+
+    from helpers import global_bytes as gbytes
+    from redist.engine.buffer import Buffer
+    from redist.engine.plan import fuse
+
+    monkeypatch.setenv(
+        "REDIST_CUDA_GRAPHS", "0"
+    )  # the out= layout variant too: no CUDA graphs in the simulation
+    p, gshape, sizes = 3, (7, 6, 5), (8, 4, 16)
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    reach = np.ones((p, p), bool)
+    if transport == "mixed":
+        reach[0, 2] = reach[2, 0] = False
+    Gs = [gbytes(gshape, isz, 20 + f) for f, isz in enumerate(sizes)]
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r, reach[r])
+        plan = fuse([make_plan(r, ib, ob, itemsize=isz) for isz in sizes])
+        exe = _lower(rt, plan, transport="auto")
+        exe.graphs = False
+        ops = []
+        for f, isz in enumerate(sizes):
+            a = operand_bytes(Gs[f], ib[r], geo.dense_strides(geo.box_shape(ib[r])), isz)
+            ops.append(rt.dev_alloc(len(a)))
+            rt.hub.write(ops[-1], a)
+        shape = geo.box_shape(ob[r])
+        x1 = rt.dev_alloc(math.prod(shape) * sizes[1] + 512 * r) + 512 * r
+        if r == 2:
+            rt.memory_api.private.add(x1 - 512 * r)
+        ghost = tuple(n + 2 for n in shape)
+        gstrides = geo.dense_strides(ghost, "C")
+        grid = rt.dev_alloc(math.prod(ghost) * sizes[2])
+        strided = Buffer(grid + sum(gstrides) * sizes[2], shape, gstrides, sizes[2], "cuda", 0)
+        rt.hub.write(grid, np.full(math.prod(ghost) * sizes[2], 0xEE, np.uint8))
+        exe.rebind_inputs(ops, [None] * 3)
+        exe.bind_output(_device_buffer(x1, shape, sizes[1]), 1)
+        exe.bind_output(strided, 2)
+        for _ in range(2):
+            exe.execute(0)
+            rt.comm.allgather(None)
+            want = [expected_bytes(Gs[f], ob[r], "C") for f in range(3)]
+            whole = rt.hub.read(grid, math.prod(ghost) * sizes[2]).reshape(ghost + (sizes[2],))
+            got = [
+                rt.hub.read(exe.results[0].ptr, len(want[0])),
+                rt.hub.read(x1, len(want[1])),
+                np.ascontiguousarray(whole[1:-1, 1:-1, 1:-1]).reshape(-1),
+            ]
+            ok = [np.array_equal(g, w) for g, w in zip(got, want)]
+            ghosts = int((whole != 0xEE).any(axis=-1).sum()) - math.prod(shape)
+            assert all(rt.comm.allgather(all(ok) and ghosts == 0)), (r, ok, ghosts)
+            rt.comm.allgather(None)
+        text = exe.describe()
+        assert (
+            "rank 2 field 1: private" in text and "-> landing" in text and "rank 0 field 2: private" in text
+        )
+        exe.free()
+        assert not rt.memory_api.mapped
+
+    _run_threads(p, rank)
