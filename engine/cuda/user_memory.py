@@ -121,6 +121,9 @@ class DriverMemory:
 
         self._driver = driver
         self._attr_id = int(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_BUFFER_ID)
+        self._attr_dev = int(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+        self._dev = ctypes.c_int(-1)
+        self._dev_ref = ctypes.byref(self._dev)
         proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64)
         res = driver.cuGetProcAddress(b"cuPointerGetAttribute", 12000, 0)
         self._get = proto(int(res[1])) if res[0] == driver.CUresult.CUDA_SUCCESS and int(res[1]) else \
@@ -134,6 +137,13 @@ class DriverMemory:
         if self._get(self._id_ref, self._attr_id, ptr):
             return 0
         return self._id.value
+
+    def device_of(self, ptr: int) -> int:
+        """The ordinal of the device whose memory ``ptr`` is (-1: not device memory)."""
+        self._dev.value = -1
+        if self._get(self._dev_ref, self._attr_dev, ptr):
+            return -1
+        return self._dev.value
 
     def allocation(self, ptr: int) -> tuple[int, int, bool, str]:
         """(base, size, exportable, why not) of the allocation holding device address ``ptr``."""
@@ -285,12 +295,15 @@ class Outputs:
 
     def problem(self, buf: Any, planned_strides: tuple) -> str | None:
         """Why device memory off the symmetric heap cannot be this rank's output (None: it can)."""
-        if not self.push_from and not self.shared:  # only this rank stores into it
-            return None
         api = memory_api(self.rt)
         if not api.buffer_id(buf.ptr):
             return ("out= is not device memory of this process's CUDA context (a host array, or memory of "
-                    "another GPU or process?)")
+                    "another process?)")
+        dev = api.device_of(buf.ptr)
+        if dev != self.rt.device_id:
+            return f"out= is memory of CUDA device {dev}, expected device {self.rt.device_id} (this rank's GPU)"
+        if not self.push_from and not self.shared:  # only this rank stores into it
+            return None
         lo, hi = buf.address_range()
         base, size, ok, why = api.allocation(buf.ptr)
         if buf.size and (lo < base or hi > base + size):

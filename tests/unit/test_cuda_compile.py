@@ -953,12 +953,17 @@ class _MemoryApi:
         self.private: set[int] = set()  # regions CUDA IPC cannot export (cudaMallocAsync, VMM)
         self.mapped: dict[int, int] = {}  # mapping -> the region it maps
         self.unmappable: set[int] = set()  # regions this rank fails to open
+        self.devices: dict[int, int] = {}  # regions on another device than 0: their device
         self.calls = {"export": 0, "open": 0, "close": 0, "buffer_id": 0}
 
     def buffer_id(self, ptr):
         self.calls["buffer_id"] += 1
         reg = self.hub.region(ptr)
         return 0 if reg is None else reg[2]
+
+    def device_of(self, ptr):
+        reg = self.hub.region(ptr)
+        return -1 if reg is None else self.devices.get(reg[0], 0)
 
     def allocation(self, ptr):
         reg = self.hub.region(ptr)

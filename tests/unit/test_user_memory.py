@@ -88,6 +88,10 @@ def test_private_outputs_are_stored_into_through_mappings(p):
                 assert api.calls["open"] == opened
         assert "out= routes" in exe.describe() and "-> direct" in exe.describe()
         assert len(api.mapped) == 2 * (p - 1)  # every destination's x and y, each mapped once
+        far = rt.dev_alloc(nbytes)
+        api.devices[far] = 1  # memory of another GPU, and a host address: refused (the call's problem)
+        assert "CUDA device 1" in exe.out_problem(_device_buffer(far, plan.out_shape, 8))
+        assert "not device memory" in exe.out_problem(_device_buffer(1 << 20, plan.out_shape, 8))
         exe.free()
         assert not api.mapped, "free() must close every mapping"
 
