@@ -43,8 +43,9 @@ from . import kernels
 __all__ = ["DriverMemory", "OutDesc", "Outputs", "PeerMappings", "RESULT", "memory_api", "plan_routes", "slot_of",
            "slots_fit"]
 
-#: mappings of peers' allocations kept per executable (least recently used ones beyond are closed)
+#: mappings of peers' allocations kept per executable (least recently used ones beyond are released)
 MAPPINGS = 32
+IPC_HANDLE_BYTES = 64  # CUipcMemHandle
 
 
 @dataclass(frozen=True)
@@ -163,12 +164,12 @@ class DriverMemory:
         err, handle = drv.cuIpcGetMemHandle(base)
         if err != drv.CUresult.CUDA_SUCCESS:
             raise CudaError(f"cuIpcGetMemHandle failed: {getattr(err, 'name', err)}")
-        return bytes(handle.reserved)
+        return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)  # the 64 bytes as they are (signed chars)
 
     def open(self, handle: bytes) -> int:
         drv = self._driver
         h = drv.CUipcMemHandle()
-        h.reserved = handle
+        ctypes.memmove(h.getPtr(), handle, IPC_HANDLE_BYTES)
         flag = drv.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
         err, ptr = drv.cuIpcOpenMemHandle(h, int(flag))
         if err != drv.CUresult.CUDA_SUCCESS:
@@ -189,13 +190,17 @@ def memory_api(rt: Any) -> Any:
 
 
 class PeerMappings:
-    """This rank's mappings of peers' private outputs: (rank, buffer id) -> mapped base, least
-    recently used ones closed beyond :data:`MAPPINGS` (never those in use)."""
+    """One executable's mappings of peers' private outputs: (rank, buffer id) -> mapped base, least
+    recently used ones released beyond :data:`MAPPINGS` (never those in use). The process opens a
+    handle once (CUDA maps an allocation once per process): the runtime's :class:`DriverMemory`
+    holds every open one with the number of executables using it, and closes it at the last release."""
 
     def __init__(self, api: Any) -> None:
         self.api = api
+        if getattr(api, "ipc_open", None) is None:
+            api.ipc_open = {}  # (rank, buffer id) -> [mapped base, users], shared by the runtime's executables
+        self._shared: dict[tuple[int, int], list[int]] = api.ipc_open
         self._open: OrderedDict[tuple[int, int], int] = OrderedDict()
-        self.opened = 0  # cuIpcOpenMemHandle calls made (what the first use of an allocation costs)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -205,29 +210,40 @@ class PeerMappings:
         key = (rank, desc.buffer_id)
         base = self._open.get(key)
         if base is None:
-            base = self.api.open(desc.handle)
-            self._open[key] = base
-            self.opened += 1
+            entry = self._shared.get(key)
+            if entry is None:
+                entry = self._shared[key] = [self.api.open(desc.handle), 0]
+            entry[1] += 1
+            base = self._open[key] = entry[0]
         else:
             self._open.move_to_end(key)
         return base + desc.offset
 
+    def _release(self, key: tuple[int, int]) -> None:
+        self._open.pop(key)
+        entry = self._shared.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self._shared[key]
+            try:
+                self.api.close(entry[0])
+            except Exception:  # noqa: BLE001, S110 -- the context may be gone at interpreter exit
+                pass
+
     def trim(self, keep: set[tuple[int, int]]) -> None:
-        """Close least recently used mappings beyond :data:`MAPPINGS`, except ``keep``."""
+        """Release least recently used mappings beyond :data:`MAPPINGS`, except ``keep``."""
         for key in list(self._open):
             if len(self._open) <= MAPPINGS:
                 break
             if key not in keep:
-                self.api.close(self._open.pop(key))
+                self._release(key)
 
     def close(self) -> None:
-        """Close every mapping (free(), finalize)."""
-        while self._open:
-            _, base = self._open.popitem()
-            try:
-                self.api.close(base)
-            except Exception:  # noqa: BLE001, S110 -- the context may be gone at interpreter exit
-                pass
+        """Release every mapping (free())."""
+        for key in list(self._open):
+            self._release(key)
 
 
 class Outputs:

@@ -73,7 +73,7 @@ def test_private_outputs_are_stored_into_through_mappings(p):
         nbytes = exe.result_bytes
         x = rt.dev_alloc(nbytes + 256) + (64 if r == 1 else 0)  # not at its allocation's start on rank 1
         y = rt.dev_alloc(nbytes)
-        sym = rt.sym_alloc(nbytes + 512 * r, owner="user") + 512 * r  # other heap offsets on other ranks
+        sym = rt.sym_alloc(nbytes + 512 * p, owner="user") + 512 * r  # other heap offsets on other ranks
         outs = {"x": x, "y": y, "sym": sym, "result": None}
         for it, (name, k) in enumerate([("x", 0), ("x", 1), ("y", 0), ("x", 1), ("result", 0), ("sym", 1)]):
             if name == "sym" and r == 0:
@@ -88,6 +88,14 @@ def test_private_outputs_are_stored_into_through_mappings(p):
                 assert api.calls["open"] == opened
         assert "out= routes" in exe.describe() and "-> direct" in exe.describe()
         assert len(api.mapped) == 2 * (p - 1)  # every destination's x and y, each mapped once
+        other = _lower(rt, plan, transport="push")  # a second executable into the same x: no new mapping
+        other.graphs = False
+        other.rebind_input(ops[0])
+        other.bind_output(_device_buffer(x, plan.out_shape, 8))
+        other.execute(0)
+        check(x, 0, "second executable")
+        other.free()
+        assert len(api.mapped) == 2 * (p - 1), "a mapping the first executable uses was closed"
         far = rt.dev_alloc(nbytes)
         api.devices[far] = 1  # memory of another GPU, and a host address: refused (the call's problem)
         assert "CUDA device 1" in exe.out_problem(_device_buffer(far, plan.out_shape, 8))
