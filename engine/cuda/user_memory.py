@@ -129,6 +129,7 @@ class DriverMemory:
         res = driver.cuGetProcAddress(b"cuPointerGetAttribute", 12000, 0)
         self._get = proto(int(res[1])) if res[0] == driver.CUresult.CUDA_SUCCESS and int(res[1]) else \
             proto(("cuPointerGetAttribute", ctypes.CDLL("libcuda.so.1")))
+        self.ipc_open: dict[tuple[int, int], list[int]] = {}  # (rank, buffer id) -> [mapped base, users] (PeerMappings)
         self._id = ctypes.c_uint64(0)
         self._id_ref = ctypes.byref(self._id)
 
@@ -178,6 +179,12 @@ class DriverMemory:
 
     def close(self, ptr: int) -> None:
         self._driver.cuIpcCloseMemHandle(ptr)
+
+    def close_all(self) -> None:
+        """Close every mapping still open (finalize: those of copies recorded into the user's graphs)."""
+        for base, _ in list(self.ipc_open.values()):
+            self.close(base)
+        self.ipc_open.clear()
 
 
 def memory_api(rt: Any) -> Any:
