@@ -235,6 +235,7 @@ def test_epoch_protocol_lists_pair_up_across_ranks():
         assert set(k.arrive_to) == set(ll.push_to)
         assert set(k.wait_for) == {s for s in range(p) if r in lls[s].push_to}
         assert set(ll.put_from) == {s for s in range(p) if r in lls[s].put_to}
+        assert set(ll.push_from) == {s for s in range(p) if r in lls[s].push_to}  # who maps this rank's out= (#44)
         assert not any(st.op in ("sync_all", "barrier_all") for st in ll.steps)
 
 
