@@ -873,6 +873,10 @@ class CudaExecutable:
         if self._want != self._mine:
             raise InvalidStateError("graph(): an out= of other strides is bound but not yet agreed on: call execute() "
                                     "once first (it lowers the exchange for that layout)")
+        if self._outputs is not None and self._outputs.landing():
+            raise InvalidStateError("graph(): this rank's out= takes the landing route (peers cannot map it, see "
+                                    "describe()): its copy from the result is not part of the exported graph; record "
+                                    "execute() into your capture instead, or pass an out= the peers can map")
         if self._active is not self:
             return self._active.graph(stream)
         if self._freed:

@@ -136,6 +136,9 @@ def test_landing_route_and_reallocated_outputs(p):
         exe.execute(0)
         check(x, 0, "landing")
         assert "rank 1 field 0: private" in exe.describe() and "-> landing" in exe.describe()
+        if r == 1:  # its copy is not in the graph a parent would embed
+            with pytest.raises(InvalidStateError, match="landing route"):
+                exe.graph()
         # a strided out= there cannot land: refused locally (the call's problem)
         ghost = _device_buffer(x, plan.out_shape, 8, order="F")
         assert (exe.out_problem(ghost) is not None) == (r == 1 and plan.out_shape[0] > 1)
