@@ -275,6 +275,7 @@ class Outputs:
         self._mappings: PeerMappings | None = None
         self._exported: dict[int, list] = {}  # buffer id -> [base, IPC handle (b"": not yet; None: never), why not]
         self._where: tuple[list, str] = ([], "")
+        self._copies: list | None | bool = None  # landing()'s answer (False: to be made again)
 
     @property
     def changed(self) -> bool:
@@ -293,6 +294,7 @@ class Outputs:
         self.descs[field] = self.describe(buf, planned)
         landing = self.land[field] is not None and self.descs[field] == self.agreed[field]
         self.land[field] = buf if landing else None
+        self._copies = False
         return landing
 
     def describe(self, buf: Any, planned: bool) -> OutDesc:
@@ -361,11 +363,11 @@ class Outputs:
         :meth:`route` refuses anyway), whether it has one slot per field, who stores into it."""
         descs = []
         for desc in self.descs:
-            if not capture and desc.kind == "private" and desc.exportable and desc.buffer_id:
+            if desc.kind == "private" and desc.exportable and desc.buffer_id:
                 known = self._exported[desc.buffer_id]
-                if not known[1]:
+                if not known[1] and not capture:
                     known[1] = memory_api(self.rt).export(known[0])
-                desc = replace(desc, handle=known[1])
+                desc = replace(desc, handle=known[1] or None)  # None inside a capture: route() refuses
             descs.append(desc)
         return descs, self.shared, self.push_from
 
@@ -383,7 +385,7 @@ class Outputs:
         if descs == self._routed:
             self.agreed = list(self.descs)
             return None
-        if capture:  # the same history, so the same answer, on every rank
+        if capture and self._needs_mapping(descs, push_from):  # the same answer on every rank
             raise InvalidStateError(
                 "execute(out=...) inside a CUDA graph capture with an out= in memory no execute() has used yet: "
                 "mapping it on the ranks that store into it is collective; call execute(out=...) with it once "
@@ -423,6 +425,7 @@ class Outputs:
         for f, buf in enumerate(self.bufs):
             landing = routes[me][f][0] == "landing" and buf is not None
             self.land[f] = buf if landing else None
+            self._copies = False
             own.append(0 if buf is None or landing else buf.ptr - res[f].ptr)
         self.watch = [f for f in range(nf) if descs[me][f].kind == "private" and descs[me][f].buffer_id]
         if self._mappings is not None:
@@ -434,17 +437,28 @@ class Outputs:
             for r in range(len(descs)) for f, (route, why) in enumerate(routes[r]) if descs[r][f].kind != "result")
         return own, peer
 
+    def _needs_mapping(self, descs: list[list[OutDesc]], push_from: list) -> bool:
+        """Collective (inside a capture): whether routing ``descs`` needs an export or a mapping no
+        execute() made yet (which a capture cannot hold); an output nobody maps re-routes freely."""
+        unexported = any(d.kind == "private" and d.exportable and not d.handle and push_from[r]
+                         for r, row in enumerate(descs) for d in row)
+        opened = self._mappings._open if self._mappings is not None else {}
+        mine = any(desc.kind == "private" and desc.handle and (d, desc.buffer_id) not in opened
+                   for d in self.push_to for desc in descs[d])
+        return unexported or (any(self.rt.comm.allgather(mine)) if len(descs) > 1 else mine)
+
     def landing(self) -> list[tuple[int, int, int]] | None:
-        """The landing route's copies (dst, src, bytes): each landed field's result into its output."""
-        if not any(b is not None for b in self.land):
-            return None
-        out = []
-        for f, buf in enumerate(self.land):
-            if buf is not None:
-                lo, hi = self.results[f].address_range()
-                if hi > lo:
-                    out.append((buf.address_range()[0], lo, hi - lo))
-        return out
+        """The landing route's copies (dst, src, bytes): each landed field's result into its output
+        (None: none; made again only when an output or a route changed)."""
+        if self._copies is False:
+            out = []
+            for f, buf in enumerate(self.land):
+                if buf is not None:
+                    lo, hi = self.results[f].address_range()
+                    if hi > lo:
+                        out.append((buf.address_range()[0], lo, hi - lo))
+            self._copies = out or None
+        return self._copies
 
     def close(self) -> None:
         """Close every mapping (free())."""

@@ -107,13 +107,25 @@ def test_private_outputs_are_stored_into_through_mappings(p):
 
 
 def test_single_rank_private_output_needs_no_mapping():
+    """One rank: any device memory is stored into directly, with no driver query, inside a capture too."""
+
     def body(rt, exe, r, plan, ops, check):
         x = rt.dev_alloc(exe.result_bytes)
         exe.rebind_input(ops[0])
         exe.bind_output(_device_buffer(x, plan.out_shape, 8))
         exe.execute(0)
         check(x, 0)
+        y = rt.dev_alloc(exe.result_bytes)  # a new allocation, first seen inside a capture
+        exe.rebind_input(ops[1])
+        exe.bind_output(_device_buffer(y, plan.out_shape, 8))
+        drv = rt.driver
+        drv.begin_capture(5)
+        exe.execute(5)
+        g_exec = drv.instantiate(drv.end_capture(5))
+        assert drv.cuGraphLaunch(g_exec, 0) == 0
+        check(y, 1, "captured")
         assert rt.memory_api.calls == {"export": 0, "open": 0, "close": 0, "buffer_id": 0}
+        exe.release_captured()
         exe.free()
 
     _job(1, (5, 6, 4), 8, body)
@@ -221,6 +233,18 @@ def test_new_private_output_inside_a_capture_is_refused():
         for _ in range(3):
             assert drv.cuGraphLaunch(g_exec, 0) == 0
             check(x, 1, "replayed")
+        y = rt.dev_alloc(exe.result_bytes)  # used once outside, then back to x, then y again inside a capture
+        exe.bind_output(_device_buffer(y, plan.out_shape, 8))
+        exe.execute(0)
+        exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+        exe.execute(0)
+        exe.rebind_input(ops[0])
+        exe.bind_output(_device_buffer(y, plan.out_shape, 8))
+        drv.begin_capture(stream)
+        exe.execute(stream)  # mapped already: re-routed inside the capture, nothing collective allocated
+        g_exec = drv.instantiate(drv.end_capture(stream))
+        assert drv.cuGraphLaunch(g_exec, 0) == 0
+        check(y, 0, "a mapped allocation again, inside a capture")
         exe.release_captured()
         exe.free()
 
