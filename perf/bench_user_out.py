@@ -76,15 +76,20 @@ def main() -> None:
                 times[name] = per_iteration_us(g.replay, cp.cuda.get_current_stream(), **kw)
             # host cost of a new allocation (mapped on every rank that stores into it) and of a cached one
             first = []
-            for _ in range(5):
-                fresh = torch.empty(res.shape, dtype=torch.complex64, device="cuda")
+            nbytes = t.numel() * t.element_size()
+            for _ in range(5):  # a new cudaMalloc each time: exported, mapped by the peers, routed
+                ptr = cp.cuda.runtime.malloc(nbytes)
+                fresh = torch.as_tensor(cp.ndarray(tuple(res.shape), cp.complex64, cp.cuda.MemoryPointer(
+                    cp.cuda.UnownedMemory(ptr, nbytes, None), 0)), device="cuda")
                 torch.cuda.synchronize()
                 comm.Barrier()
                 t0 = time.perf_counter()
                 r.execute(out=fresh, stream=tstream)
                 first.append((time.perf_counter() - t0) * 1e6)
+                r.execute(stream=tstream)  # unbound before it is freed
                 torch.cuda.synchronize()
                 del fresh
+                cp.cuda.runtime.free(ptr)
             r.execute(out=t, stream=tstream)
             torch.cuda.synchronize()
             host = {}
