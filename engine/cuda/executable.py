@@ -512,10 +512,7 @@ class CudaExecutable:
 
     def _route(self, every: list[tuple], capture: int) -> None:
         """Collective: route every rank's outputs (user_memory.Outputs.route) and set the offsets."""
-        offsets = self._outputs.route(every, bool(capture))
-        if offsets is None:
-            return
-        own, peer = offsets
+        own, peer = self._outputs.route(every, bool(capture))
         exe = self._active
         for f, delta in enumerate(own):
             exe._set_delta(f, delta)

@@ -276,6 +276,8 @@ class Outputs:
         self._exported: dict[int, list] = {}  # buffer id -> [base, IPC handle (b"": not yet; None: never), why not]
         self._where: tuple[list, str] = ([], "")
         self._copies: list | None | bool = None  # landing()'s answer (False: to be made again)
+        self._mine: list[str] = ["direct"] * nfields  # this rank's routes, as last routed
+        self._peer: dict[int, int] = {}  # the push destinations' offsets, as last routed
 
     @property
     def changed(self) -> bool:
@@ -292,7 +294,8 @@ class Outputs:
         """Bind field ``field``'s output (None: the result); whether it lands (its own offset is 0)."""
         self.bufs[field] = buf
         self.descs[field] = self.describe(buf, planned)
-        landing = self.land[field] is not None and self.descs[field] == self.agreed[field]
+        # as routed when it is what was routed (else route() decides at the next execute)
+        landing = buf is not None and self._mine[field] == "landing" and self.descs[field] == self.agreed[field]
         self.land[field] = buf if landing else None
         self._copies = False
         return landing
@@ -371,20 +374,19 @@ class Outputs:
             descs.append(desc)
         return descs, self.shared, self.push_from
 
-    def route(self, every: Sequence[tuple], capture: bool) -> tuple[list[int], dict[int, int]] | None:
+    def route(self, every: Sequence[tuple], capture: bool) -> tuple[list[int], dict[int, int]]:
         """Collective (every rank, every rank's :meth:`payload`): map the private outputs this rank
         stores into, agree on those some writer could not map, route them all (:func:`plan_routes`).
-        Returns this rank's own output offsets (per field) and the push destinations' (slot -> offset),
-        or None when no output changed anywhere (only strides)."""
+        Returns this rank's own output offsets (per field) and the push destinations' (slot -> offset)."""
         from ..errors import InvalidStateError, InvalidValueError
 
         rt, nf, me = self.rt, self.nfields, self.rt.rank
         descs = [list(d) for d, _, _ in every]
         push_from = [p for _, _, p in every]
         shared = any(sh for _, sh, _ in every)
-        if descs == self._routed:
+        if descs == self._routed:  # as routed before (only strides changed, or back to what was routed)
             self.agreed = list(self.descs)
-            return None
+            return self._own(), self._peer
         if capture and self._needs_mapping(descs, push_from):  # the same answer on every rank
             raise InvalidStateError(
                 "execute(out=...) inside a CUDA graph capture with an out= in memory no execute() has used yet: "
@@ -421,12 +423,8 @@ class Outputs:
                 else:
                     delta = self._mappings.address(d, desc) - (self.peer_out[d] + self.field_offsets[f])
                 peer[slot_of(f, d, me, self.push_to, nf)] = delta
-        own = []
-        for f, buf in enumerate(self.bufs):
-            landing = routes[me][f][0] == "landing" and buf is not None
-            self.land[f] = buf if landing else None
-            self._copies = False
-            own.append(0 if buf is None or landing else buf.ptr - res[f].ptr)
+        self._mine, self._peer = [route for route, _ in routes[me]], peer
+        own = self._own()
         self.watch = [f for f in range(nf) if descs[me][f].kind == "private" and descs[me][f].buffer_id]
         if self._mappings is not None:
             self._mappings.trim({(d, desc.buffer_id) for d in self.push_to for desc in descs[d]})
@@ -436,6 +434,16 @@ class Outputs:
             f"rank {r} field {f}: {descs[r][f].label()} -> {route}{' (' + why + ')' if why else ''}"
             for r in range(len(descs)) for f, (route, why) in enumerate(routes[r]) if descs[r][f].kind != "result")
         return own, peer
+
+    def _own(self) -> list[int]:
+        """This rank's own output offsets as routed (0: the result, or landing), the landed outputs noted."""
+        own = []
+        for f, buf in enumerate(self.bufs):
+            landing = self._mine[f] == "landing" and buf is not None
+            self.land[f] = buf if landing else None
+            own.append(0 if buf is None or landing else buf.ptr - self.results[f].ptr)
+        self._copies = False
+        return own
 
     def _needs_mapping(self, descs: list[list[OutDesc]], push_from: list) -> bool:
         """Collective (inside a capture): whether routing ``descs`` needs an export or a mapping no

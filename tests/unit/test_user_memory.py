@@ -151,6 +151,15 @@ def test_landing_route_and_reallocated_outputs(p):
         if r == 1:  # its copy is not in the graph a parent would embed
             with pytest.raises(InvalidStateError, match="landing route"):
                 exe.graph()
+        # another out= in a call refused on rank 0, then x again: routed as before (it lands again)
+        exe.bind_output(_device_buffer(rt.dev_alloc(nbytes), plan.out_shape, 8))
+        with pytest.raises(InvalidValueError, match="rank 0: planted"):
+            exe.execute(0, problem=("InvalidValueError", "planted") if r == 0 else None)
+        exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+        exe.rebind_input(ops[1])
+        exe.execute(0)
+        check(x, 1, "landing again after a refused call")
+        exe.rebind_input(ops[0])
         # a strided out= there cannot land: refused locally (the call's problem)
         ghost = _device_buffer(x, plan.out_shape, 8, order="F")
         assert (exe.out_problem(ghost) is not None) == (r == 1 and plan.out_shape[0] > 1)
