@@ -61,6 +61,8 @@ class OutDesc:
     exportable: bool = False  # private: CUDA IPC can export its allocation (the handle is made when needed)
 
     def label(self) -> str:
+        if self.kind == "private" and not self.buffer_id:
+            return "private (only this rank stores into it)"
         if self.kind == "private":
             return f"private (buffer {self.buffer_id}{'' if self.exportable else ', not exportable: ' + self.why})"
         return self.kind if self.kind == "result" else f"symmetric at heap offset {self.offset}"

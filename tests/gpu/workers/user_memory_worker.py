@@ -76,10 +76,13 @@ def raw_device(nbytes: int, kind: str):
 
 
 def raw_array(ptr: int, shape, dtype=np.float64):
-    from redist._operands import RawArray
+    """A cupy array over raw device memory (not cupy's: cudaMalloc, cudaMallocAsync, freed even);
+    the C ABI passes such pointers as they are (cabi/examples/device_loop.c)."""
+    import cupy as cp
 
-    dev = __import__("cupy").cuda.Device().id
-    return RawArray(ptr, tuple(shape), None, np.dtype(dtype).itemsize, memory="cuda", device_id=dev, dtype=np.dtype(dtype))
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    mem = cp.cuda.UnownedMemory(ptr, nbytes, None, device_id=cp.cuda.Device().id)  # no pointer query
+    return cp.ndarray(tuple(shape), dtype, cp.cuda.MemoryPointer(mem, 0))
 
 
 def torch_host(t) -> np.ndarray:
@@ -112,10 +115,9 @@ def run_allocators(report: Report) -> None:
     with Redistribute(ta, Slab.X, Slab.Y) as r:
         r.plan()
         outs = {"torch": torch.empty(want.shape, dtype=torch.float64, device="cuda")}
-        if rank == 0:  # a symmetric out= on rank 0, private ones elsewhere: must work
-            outs["torch-sym-on-0"] = redist.allocate_symmetric_memory(want.shape, torch, dtype=torch.float64)
-        else:
-            outs["torch-sym-on-0"] = torch.empty(want.shape, dtype=torch.float64, device="cuda")
+        sym = redist.allocate_symmetric_memory(want.shape, torch, dtype=torch.float64, make_symmetric=True)
+        # a symmetric out= on rank 0, private ones elsewhere: must work
+        outs["torch-sym-on-0"] = sym if rank == 0 else torch.empty(want.shape, dtype=torch.float64, device="cuda")
         ghost = torch.full((want.shape[0] + 2, want.shape[1] + 2, want.shape[2] + 2), -1.0, dtype=torch.float64,
                            device="cuda")
         outs["torch-strided"] = ghost[1:-1, 1:-1, 1:-1]
@@ -132,8 +134,9 @@ def run_allocators(report: Report) -> None:
         report.check("out= routes" in r._exe.describe(), "describe() names no routes")
         if rank == 0:
             print(r._exe.describe().splitlines()[-1][:300], flush=True)
-        if rank == 0:
-            redist.free_symmetric_memory(outs["torch-sym-on-0"])
+        r.execute()  # nothing bound to sym any more
+        torch.cuda.synchronize()
+    redist.free_symmetric_memory(sym)  # collective
     ca, ca2 = cp.asarray(a_h), cp.asarray(a_h2)
     with Redistribute(ca, Slab.X, Slab.Y) as r:
         r.plan()
@@ -174,7 +177,6 @@ def run_allocators(report: Report) -> None:
 
 
 def run_capture(report: Report) -> None:
-    import cupy as cp
     import torch
     from redist import Redistribute, Slab
 
@@ -190,9 +192,7 @@ def run_capture(report: Report) -> None:
                 xr = x
             else:
                 ptr, free = raw_device(want.nbytes, "async")
-                xr = torch.as_tensor(cp.ndarray(want.shape, np.float64, cp.cuda.MemoryPointer(
-                    cp.cuda.UnownedMemory(ptr, want.nbytes, None), 0)), device="cuda")
-                x = xr
+                x = xr = torch.as_tensor(raw_array(ptr, want.shape), device="cuda")
             acc = torch.zeros(want.shape, dtype=torch.float64, device="cuda")
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
@@ -223,7 +223,6 @@ def run_capture(report: Report) -> None:
 def run_bad(report: Report) -> None:
     import cupy as cp
     import redist
-    import torch
     from redist import Redistribute, Slab
 
     dev = start()
@@ -255,19 +254,21 @@ def run_bad(report: Report) -> None:
         if rank == 0:
             print(f"reallocated at the same address on ranks {[i for i, s in enumerate(same) if s]}", flush=True)
         ca *= 2
-        r.execute(out=raw_array(ptr2, want.shape))
+        x2 = raw_array(ptr2, want.shape)
+        r.execute(out=x2)
         report.check(np.array_equal(cupy_host(ptr2, want.shape), want * 2), "reallocated out= wrong")
         # freed for good on the last rank (the object is passed again): refused on every rank
         cp.cuda.runtime.deviceSynchronize()
         if rank == last:
             free2()
-        report.expect_error(lambda: r.execute(out=raw_array(ptr2, want.shape)), redist.InvalidValueError,
-                            rf"rank {last}", "freed out=")
+        report.expect_error(lambda: r.execute(out=x2), redist.InvalidValueError,  # the same object: the
+                            rf"rank {last}", "freed out=")                      # per-call buffer-id check
         if rank != last:
             free2()
         report.check(np.array_equal(cp.asnumpy(b), kept), "freed out=: the result was written")
         # a new allocation inside a capture: refused on every rank, the capture stays valid
-        t = torch.empty(want.shape, dtype=torch.float64, device="cuda")
+        ptr3, free3 = raw_device(want.nbytes, "malloc")
+        t = raw_array(ptr3, want.shape)
         s = cp.cuda.Stream(non_blocking=True)
         with s:
             s.begin_capture()
@@ -275,6 +276,7 @@ def run_bad(report: Report) -> None:
                                 "new out= in a capture")
             graph = s.end_capture()
         report.check(graph is not None, "the capture was invalidated")
+        free3()
         # memory of another GPU
         if cp.cuda.runtime.getDeviceCount() > 1:
             other = (dev + 1) % cp.cuda.runtime.getDeviceCount()
