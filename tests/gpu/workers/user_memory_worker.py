@@ -9,7 +9,8 @@ Modes (tests/gpu/test_user_memory.py):
   tensor), permuted (result_layout) and several fields; each checked over many calls;
 * ``capture``: a step captured by torch (operand += 1, execute(out=torch tensor), acc += out)
   replayed 1,000 times: acc checks every replay; the same for the cudaMallocAsync (landing) out=;
-* ``bad``: one rank wrong: a host array as out=, out= overlapping the operand, a cudaMalloc'd out=
+* ``bad``: one rank wrong: a host array as out=, out= overlapping the operand, a read-only out=
+  (raw pointers, as from C), a cudaMalloc'd out=
   freed and another allocated (at the same address when CUDA gives it) between calls (must be
   right), one freed and not reallocated (refused everywhere), a new allocation inside a capture
   (refused everywhere, the capture stays valid), memory of another GPU (with two or more GPUs);
@@ -288,6 +289,22 @@ def run_bad(report: Report) -> None:
             print("one GPU: the other-GPU case is not run", flush=True)
         ca //= 2
         report.check(np.array_equal(cp.asnumpy(r.execute()), want), "the result after the refusals")
+    # raw pointers, as the C ABI passes them: a read-only out= on the last rank, then a writable one
+    from redist._operands import RawArray
+
+    op = RawArray(ca.data.ptr, ca.shape, None, 8, memory="cuda", device_id=dev, dtype=np.float64)
+    with Redistribute(op, Slab.X, Slab.Y) as r:
+        r.plan()
+        ptr, free = raw_device(want.nbytes, "malloc")
+        ro = RawArray(ptr, want.shape, None, 8, memory="cuda", device_id=dev, dtype=np.float64, readonly=rank == last)
+        report.expect_error(lambda: r.execute(out=ro), redist.InvalidValueError, rf"rank {last}.*read-only",
+                            "read-only out=")
+        rw = RawArray(ptr, want.shape, None, 8, memory="cuda", device_id=dev, dtype=np.float64)
+        r.execute(out=rw)
+        report.check(np.array_equal(cupy_host(ptr, want.shape), want), "raw cudaMalloc out= wrong")
+        r.execute()
+        cp.cuda.runtime.deviceSynchronize()
+        free()
 
 
 def run_expandable(report: Report) -> None:
