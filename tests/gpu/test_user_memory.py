@@ -28,5 +28,10 @@ def test_user_memory_bad_input(mpirun, nranks):
 
 @pytest.mark.parametrize("nranks", gpu_ranks(1, 2))
 def test_user_memory_expandable_segments(mpirun, nranks):
-    mpirun(nranks, "user_memory_worker.py", "expandable", timeout=240,
-           env=gpu_env(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"))
+    mpirun(
+        nranks,
+        "user_memory_worker.py",
+        "expandable",
+        timeout=240,
+        env=gpu_env(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"),
+    )

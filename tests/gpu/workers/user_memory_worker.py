@@ -59,8 +59,10 @@ def problem(salt: int = 0, dtype=np.float64):
     from redist import Slab
 
     g = global_values(SHAPE, dtype, salt)
-    return (np.ascontiguousarray(g[sl(Slab.X.box(rank, SHAPE, nranks=P))]),
-            g[sl(Slab.Y.box(rank, SHAPE, nranks=P))])
+    return (
+        np.ascontiguousarray(g[sl(Slab.X.box(rank, SHAPE, nranks=P))]),
+        g[sl(Slab.Y.box(rank, SHAPE, nranks=P))],
+    )
 
 
 def raw_device(nbytes: int, kind: str):
@@ -118,9 +120,15 @@ def run_allocators(report: Report) -> None:
         outs = {"torch": torch.empty(want.shape, dtype=torch.float64, device="cuda")}
         sym = redist.allocate_symmetric_memory(want.shape, torch, dtype=torch.float64, make_symmetric=True)
         # a symmetric out= on rank 0, private ones elsewhere: must work
-        outs["torch-sym-on-0"] = sym if rank == 0 else torch.empty(want.shape, dtype=torch.float64, device="cuda")
-        ghost = torch.full((want.shape[0] + 2, want.shape[1] + 2, want.shape[2] + 2), -1.0, dtype=torch.float64,
-                           device="cuda")
+        outs["torch-sym-on-0"] = (
+            sym if rank == 0 else torch.empty(want.shape, dtype=torch.float64, device="cuda")
+        )
+        ghost = torch.full(
+            (want.shape[0] + 2, want.shape[1] + 2, want.shape[2] + 2),
+            -1.0,
+            dtype=torch.float64,
+            device="cuda",
+        )
         outs["torch-strided"] = ghost[1:-1, 1:-1, 1:-1]
         for name, x in outs.items():
             for k in range(CALLS):
@@ -153,8 +161,10 @@ def run_allocators(report: Report) -> None:
                 r.reset_operand_unchecked(ca if k % 2 else ca2)
                 r.execute(out=x)
                 if k in (0, 1, CALLS - 1):
-                    report.check(np.array_equal(cupy_host(ptr, want.shape), want if k % 2 else want2),
-                                 f"{name}: call {k} wrong")
+                    report.check(
+                        np.array_equal(cupy_host(ptr, want.shape), want if k % 2 else want2),
+                        f"{name}: call {k} wrong",
+                    )
             if rank == 0:
                 print(f"{name}: {r._exe._outputs.text[:200]}", flush=True)
             r.execute()  # unbind x before it goes
@@ -164,7 +174,9 @@ def run_allocators(report: Report) -> None:
     # permuted result, and several fields (torch)
     with Redistribute(ta, Slab.X, Slab.Y, options={"result_layout": (0, 2, 1)}) as r:
         r.plan()
-        x = torch.empty((want.shape[0], want.shape[2], want.shape[1]), dtype=torch.float64, device="cuda").permute(0, 2, 1)
+        x = torch.empty(
+            (want.shape[0], want.shape[2], want.shape[1]), dtype=torch.float64, device="cuda"
+        ).permute(0, 2, 1)
         for k in range(3):
             r.execute(out=x)
         report.check(np.array_equal(torch_host(x.contiguous()), want), "permuted out= wrong")
@@ -173,8 +185,10 @@ def run_allocators(report: Report) -> None:
         xs = (torch.empty(want.shape, dtype=torch.float64, device="cuda"), None)
         for k in range(3):
             got = r.execute(out=xs)
-        report.check(np.array_equal(torch_host(xs[0]), want) and np.array_equal(torch_host(got[1]), want2),
-                     "fields: out= wrong")
+        report.check(
+            np.array_equal(torch_host(xs[0]), want) and np.array_equal(torch_host(got[1]), want2),
+            "fields: out= wrong",
+        )
 
 
 def run_capture(report: Report) -> None:
@@ -211,8 +225,10 @@ def run_capture(report: Report) -> None:
             torch.cuda.synchronize()
             n = REPLAYS
             report.check(np.array_equal(torch_host(x), want + n), f"{name}: out= after {n} replays wrong")
-            report.check(np.array_equal(torch_host(acc), n * want + n * (n + 1) / 2),
-                         f"{name}: the sum over {n} replays is wrong (a stale or partial replay)")
+            report.check(
+                np.array_equal(torch_host(acc), n * want + n * (n + 1) / 2),
+                f"{name}: the sum over {n} replays is wrong (a stale or partial replay)",
+            )
             del g
             r.release_captured()
             r.execute()
@@ -237,12 +253,18 @@ def run_bad(report: Report) -> None:
         # a host array as out= on the last rank
         x = np.empty(want.shape) if rank == last else ok_out
         report.expect_error(lambda: r.execute(out=x), redist.InvalidValueError, rf"rank {last}", "host out=")
-        report.check(np.array_equal(cp.asnumpy(b), kept) and (cp.asnumpy(ok_out) == 7.0).all(), "host out=: wrote")
+        report.check(
+            np.array_equal(cp.asnumpy(b), kept) and (cp.asnumpy(ok_out) == 7.0).all(), "host out=: wrote"
+        )
         # out= overlapping the operand on the last rank
         x = raw_array(ca.data.ptr, want.shape) if rank == last and ca.nbytes >= want.nbytes else ok_out
         if comm.allreduce(x is not ok_out, MPI.LOR):
-            report.expect_error(lambda: r.execute(out=x), redist.InvalidValueError, rf"rank {last}.*overlaps",
-                                "out= over the operand")
+            report.expect_error(
+                lambda: r.execute(out=x),
+                redist.InvalidValueError,
+                rf"rank {last}.*overlaps",
+                "out= over the operand",
+            )
         report.check(np.array_equal(cp.asnumpy(ca), a_h), "overlap: the operand changed")
         # cudaMalloc'd out= freed and another allocated between calls (the same address when CUDA gives it)
         ptr, free = raw_device(want.nbytes, "malloc")
@@ -253,7 +275,9 @@ def run_bad(report: Report) -> None:
         ptr2, free2 = raw_device(want.nbytes, "malloc")
         same = comm.allgather(ptr2 == ptr)
         if rank == 0:
-            print(f"reallocated at the same address on ranks {[i for i, s in enumerate(same) if s]}", flush=True)
+            print(
+                f"reallocated at the same address on ranks {[i for i, s in enumerate(same) if s]}", flush=True
+            )
         ca *= 2
         x2 = raw_array(ptr2, want.shape)
         r.execute(out=x2)
@@ -262,8 +286,12 @@ def run_bad(report: Report) -> None:
         cp.cuda.runtime.deviceSynchronize()
         if rank == last:
             free2()
-        report.expect_error(lambda: r.execute(out=x2), redist.InvalidValueError,  # the same object: the
-                            rf"rank {last}", "freed out=")                      # per-call buffer-id check
+        report.expect_error(
+            lambda: r.execute(out=x2),
+            redist.InvalidValueError,  # the same object: the
+            rf"rank {last}",
+            "freed out=",
+        )  # per-call buffer-id check
         if rank != last:
             free2()
         report.check(np.array_equal(cp.asnumpy(b), kept), "freed out=: the result was written")
@@ -273,8 +301,12 @@ def run_bad(report: Report) -> None:
         s = cp.cuda.Stream(non_blocking=True)
         with s:
             s.begin_capture()
-            report.expect_error(lambda: r.execute(out=t, stream=s.ptr), redist.InvalidStateError, "capture",
-                                "new out= in a capture")
+            report.expect_error(
+                lambda: r.execute(out=t, stream=s.ptr),
+                redist.InvalidStateError,
+                "capture",
+                "new out= in a capture",
+            )
             graph = s.end_capture()
         report.check(graph is not None, "the capture was invalidated")
         free3()
@@ -284,7 +316,9 @@ def run_bad(report: Report) -> None:
             with cp.cuda.Device(other):
                 far = cp.empty(want.shape, np.float64)
             x = far if rank == last else ok_out
-            report.expect_error(lambda: r.execute(out=x), redist.InvalidValueError, rf"rank {last}", "other GPU out=")
+            report.expect_error(
+                lambda: r.execute(out=x), redist.InvalidValueError, rf"rank {last}", "other GPU out="
+            )
         elif rank == 0:
             print("one GPU: the other-GPU case is not run", flush=True)
         ca //= 2
@@ -296,9 +330,12 @@ def run_bad(report: Report) -> None:
     with Redistribute(op, Slab.X, Slab.Y) as r:
         r.plan()
         ptr, free = raw_device(want.nbytes, "malloc")
-        ro = RawArray(ptr, want.shape, None, 8, memory="cuda", device_id=dev, dtype=np.float64, readonly=rank == last)
-        report.expect_error(lambda: r.execute(out=ro), redist.InvalidValueError, rf"rank {last}.*read-only",
-                            "read-only out=")
+        ro = RawArray(
+            ptr, want.shape, None, 8, memory="cuda", device_id=dev, dtype=np.float64, readonly=rank == last
+        )
+        report.expect_error(
+            lambda: r.execute(out=ro), redist.InvalidValueError, rf"rank {last}.*read-only", "read-only out="
+        )
         rw = RawArray(ptr, want.shape, None, 8, memory="cuda", device_id=dev, dtype=np.float64)
         r.execute(out=rw)
         report.check(np.array_equal(cupy_host(ptr, want.shape), want), "raw cudaMalloc out= wrong")
