@@ -129,7 +129,7 @@ class CudaExecutable:
         self._peer_deltas: dict[int, int] = {}  # output slot of a push destination -> its out= offset (user_memory)
         self._in_aligns = [16] * nf
         self._out_aligns = [16] * nf
-        self._check = collective.CallCheck(rt.comm)
+        self._check = collective.CallCheck(rt.comm, per_rank=True)  # values: every rank's out= (user_memory)
         self._agree = self._check.nranks > 1  # P = 1: nothing to agree on, errors are raised directly
         self._launch = self._drv.cuGraphLaunch
         self.result_bytes = ll.result_bytes
@@ -487,16 +487,22 @@ class CudaExecutable:
             changed = self._check.check(problem, hash((bool(sync), bool(release_workspace), bool(capture))),
                                         flag=int(self._want != self._mine or outputs.changed),
                                         what=(outputs.where, bool(sync), bool(release_workspace),
-                                              "capturing" if capture else "not capturing"))
-            if changed:  # some rank's out= strides or memory changed: every rank learns every rank's
+                                              "capturing" if capture else "not capturing"), value=outputs.index)
+            if changed:  # some rank's out= strides or memory are new: every rank learns every rank's
                 every = self.rt.comm.allgather((self._want, outputs.payload(bool(capture))))
                 self._switch(tuple(w for w, _ in every), lower=not capture)
-                self._route([x for _, x in every], capture)
+                self._route(outputs.register([x for _, x in every], bool(capture)))
+            else:  # every rank's out= is registered: switched to another one it used before?
+                indices = [v - 1 for v in self._check.values]
+                if indices != outputs.current:
+                    self._route(outputs.select(indices))
         else:  # one rank: nobody else to ask
             if self._want != self._mine:
                 self._switch((self._want,), lower=not capture)
             if outputs.changed:
-                self._route([outputs.payload(True)], capture)  # no peer: nothing to export
+                self._route(outputs.register([outputs.payload(True)], bool(capture)))  # no peer: no export
+            elif outputs.index - 1 != outputs.current[0]:
+                self._route(outputs.select([outputs.index - 1]))
         exe = self._active
         if capture and exe._need_workspace:  # the same variant, so the same answer, on every rank
             raise InvalidStateError(
@@ -510,9 +516,9 @@ class CudaExecutable:
         else:
             exe._run(stream, sync, release_workspace, graph, outputs.landing())
 
-    def _route(self, every: list[tuple], capture: int) -> None:
-        """Collective: route every rank's outputs (user_memory.Outputs.route) and set the offsets."""
-        own, peer = self._outputs.route(every, bool(capture))
+    def _route(self, offsets: tuple[list[int], dict[int, int]]) -> None:
+        """Set the output offsets routed by user_memory.Outputs (this rank's own, the push destinations')."""
+        own, peer = offsets
         exe = self._active
         for f, delta in enumerate(own):
             exe._set_delta(f, delta)

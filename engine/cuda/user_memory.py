@@ -255,10 +255,22 @@ class PeerMappings:
             self._release(key)
 
 
+def _key(descs: Sequence[OutDesc]) -> tuple:
+    """What identifies a rank's outputs in the registry (a description without its handle)."""
+    return tuple((d.kind, d.offset, d.buffer_id, d.planned, d.exportable) for d in descs)
+
+
 class Outputs:
-    """One executable's outputs as routed (every field; its layout variants share them): this
-    rank's descriptions, as bound and as last agreed, every rank's as last routed, the mappings of
-    the destinations' outputs, the fields that land. The executable applies the offsets it gives."""
+    """One executable's outputs as routed (every field; its layout variants share them).
+
+    Every rank keeps the same *registry*: per rank, the outputs it has used (descriptions with their
+    IPC handles, and which writers could not map them), filled from the allgather of a call where
+    some rank's outputs were new. A call then passes only each rank's registry index, in the per-call
+    Allreduce (``CallCheck(per_rank=True)``): a rank switching between outputs it used before (double
+    buffering) costs no gather, and every rank routes the selection locally (:meth:`select`). The
+    executable applies the offsets it gives."""
+
+    REGISTRY = 32  # entries per rank; beyond, the registry starts again (the same call on every rank)
 
     def __init__(self, rt: Any, nfields: int, push_to: Sequence[int], push_from: Sequence[int],
                  results: Sequence[Any], peer_out: dict[int, int], field_offsets: Sequence[int]) -> None:
@@ -273,17 +285,32 @@ class Outputs:
         self.landing_anywhere = False  # some rank's output lands (writers then always wait for credits)
         self.watch: list[int] = []  # fields whose output peers store into: buffer id checked per call
         self.text = ""  # the routes, for describe() and the logger
-        self._routed: list | None = None  # every rank's descriptions as last routed (equal on every rank)
+        nranks = rt.nranks
+        self._reg: list[dict[tuple, int]] = [{_key(self.descs): 0} for _ in range(nranks)]  # key -> index
+        self._reg_descs: list[list[list[OutDesc]]] = [[list(self.descs)] for _ in range(nranks)]
+        self._reg_failed: list[list[frozenset[int]]] = [[frozenset()] for _ in range(nranks)]  # writers that failed
+        self._push_from: list | None = None  # every rank's writers (from the first gather)
+        self._shared_any = self.shared
+        self.current: list[int] = [0] * nranks  # every rank's registry index, as routed
+        self._my_index: int | None = 0  # this rank's outputs' index (None: not registered yet)
         self._mappings: PeerMappings | None = None
         self._exported: dict[int, list] = {}  # buffer id -> [base, IPC handle (b"": not yet; None: never), why not]
         self._where: tuple[list, str] = ([], "")
         self._copies: list | None | bool = None  # landing()'s answer (False: to be made again)
         self._mine: list[str] = ["direct"] * nfields  # this rank's routes, as last routed
-        self._peer: dict[int, int] = {}  # the push destinations' offsets, as last routed
 
     @property
     def changed(self) -> bool:
-        return self.descs != self.agreed
+        """Whether this rank's outputs are not in the registry (the call must gather)."""
+        return self._my_index is None
+
+    @property
+    def index(self) -> int:
+        """This rank's value in the per-call Allreduce: its registry index + 1 (0: not registered)."""
+        return 0 if self._my_index is None else self._my_index + 1
+
+    def _look_up(self) -> None:
+        self._my_index = self._reg[self.rt.rank].get(_key(self.descs))
 
     @property
     def where(self) -> str:
@@ -296,7 +323,8 @@ class Outputs:
         """Bind field ``field``'s output (None: the result); whether it lands (its own offset is 0)."""
         self.bufs[field] = buf
         self.descs[field] = self.describe(buf, planned)
-        # as routed when it is what was routed (else route() decides at the next execute)
+        self._look_up()
+        # as routed when it is what was routed (else the next execute decides)
         landing = buf is not None and self._mine[field] == "landing" and self.descs[field] == self.agreed[field]
         self.land[field] = buf if landing else None
         self._copies = False
@@ -360,6 +388,7 @@ class Outputs:
                 return ("InvalidValueError", f"out= (field {f}) at 0x{buf.ptr:x} is no longer device memory: it was "
                         "freed while bound (pass a live array, or out=None)")
             self.descs[f] = self.describe(buf, desc.planned)
+            self._look_up()
         return None
 
     def payload(self, capture: bool) -> tuple:
@@ -376,36 +405,63 @@ class Outputs:
             descs.append(desc)
         return descs, self.shared, self.push_from
 
-    def route(self, every: Sequence[tuple], capture: bool) -> tuple[list[int], dict[int, int]]:
-        """Collective (every rank, every rank's :meth:`payload`): map the private outputs this rank
-        stores into, agree on those some writer could not map, route them all (:func:`plan_routes`).
-        Returns this rank's own output offsets (per field) and the push destinations' (slot -> offset)."""
-        from ..errors import InvalidStateError, InvalidValueError
+    def register(self, every: Sequence[tuple], capture: bool) -> tuple[list[int], dict[int, int]]:
+        """Collective (every rank, every rank's :meth:`payload`): register the outputs some rank has
+        not used before -- this rank maps the private ones it stores into, the ranks agree on those
+        some writer could not map -- then route the selection (:meth:`select`)."""
+        from ..errors import InvalidStateError
+
+        rt, me, nranks = self.rt, self.rt.rank, len(every)
+        descs = [list(d) for d, _, _ in every]
+        self._push_from = [p for _, _, p in every]
+        self._shared_any = any(sh for _, sh, _ in every)
+        keys = [_key(d) for d in descs]
+        new = [r for r in range(nranks) if keys[r] not in self._reg[r]]
+        if new:
+            if capture and self._needs_mapping([descs[r] if r in new else [] for r in range(nranks)], self._push_from):
+                raise InvalidStateError(
+                    "execute(out=...) inside a CUDA graph capture with an out= in memory no execute() has used yet: "
+                    "mapping it on the ranks that store into it is collective; call execute(out=...) with it once "
+                    "outside the capture first")
+            if any(len(reg) + 1 > self.REGISTRY for reg in self._reg):  # start again (the same on every rank)
+                self._reg = [{} for _ in range(nranks)]
+                self._reg_descs = [[] for _ in range(nranks)]
+                self._reg_failed = [[] for _ in range(nranks)]
+                new = list(range(nranks))
+                if self._mappings is not None:
+                    self._mappings.trim({(d, x.buffer_id) for d in self.push_to for x in descs[d]})
+            failed: list[int] = []
+            for d in new if not self._shared_any else ():
+                if d not in self.push_to:
+                    continue
+                for desc in descs[d]:
+                    if desc.kind == "private" and desc.handle:
+                        if self._mappings is None:
+                            self._mappings = PeerMappings(memory_api(rt))
+                        try:
+                            self._mappings.address(d, desc)
+                        except CudaError:
+                            failed.append(d)
+            every_failed = rt.comm.allgather(failed) if nranks > 1 else [failed]
+            for r in new:
+                self._reg[r][keys[r]] = len(self._reg_descs[r])
+                self._reg_descs[r].append(descs[r])
+                self._reg_failed[r].append(frozenset(s for s in range(nranks) if r in every_failed[s]))
+        self._my_index = self._reg[me][keys[me]]
+        return self.select([self._reg[r][keys[r]] for r in range(nranks)])
+
+    def select(self, indices: Sequence[int]) -> tuple[list[int], dict[int, int]]:
+        """Local: route every rank's registered outputs ``indices`` (the same answer on every rank);
+        this rank's own output offsets (per field) and the push destinations' (slot -> offset)."""
+        from ..errors import InvalidValueError
 
         rt, nf, me = self.rt, self.nfields, self.rt.rank
-        descs = [list(d) for d, _, _ in every]
-        push_from = [p for _, _, p in every]
-        shared = any(sh for _, sh, _ in every)
-        if descs == self._routed:  # as routed before (only strides changed, or back to what was routed)
-            self.agreed = list(self.descs)
-            return self._own(), self._peer
-        if capture and self._needs_mapping(descs, push_from):  # the same answer on every rank
-            raise InvalidStateError(
-                "execute(out=...) inside a CUDA graph capture with an out= in memory no execute() has used yet: "
-                "mapping it on the ranks that store into it is collective; call execute(out=...) with it once "
-                "outside the capture first")
-        failed: list[int] = []
-        for d in () if shared else self.push_to:
-            for desc in descs[d]:
-                if desc.kind == "private" and desc.handle:
-                    if self._mappings is None:
-                        self._mappings = PeerMappings(memory_api(rt))
-                    try:
-                        self._mappings.address(d, desc)
-                    except CudaError:
-                        failed.append(d)
-        routes = plan_routes(descs, push_from, rt.comm.allgather(failed) if len(descs) > 1 else [failed], shared)
-        bad = [(r, f) for r in range(len(descs)) for f in range(nf)
+        nranks = len(indices)
+        descs = [self._reg_descs[r][i] for r, i in enumerate(indices)]
+        failed = [[r for r, i in enumerate(indices) if s in self._reg_failed[r][i]] for s in range(nranks)]
+        push_from = self._push_from or [()] * nranks
+        routes = plan_routes(descs, push_from, failed, self._shared_any)
+        bad = [(r, f) for r in range(nranks) for f in range(nf)
                if routes[r][f][0] == "landing" and not descs[r][f].planned]
         if bad:
             r, f = bad[0]
@@ -416,7 +472,7 @@ class Outputs:
         res = self.results
         peer: dict[int, int] = {}
         for f in range(nf):
-            for d in () if shared else self.push_to:
+            for d in () if self._shared_any else self.push_to:
                 desc, route = descs[d][f], routes[d][f][0]
                 if desc.kind == "result" or route == "landing":
                     delta = 0
@@ -425,16 +481,14 @@ class Outputs:
                 else:
                     delta = self._mappings.address(d, desc) - (self.peer_out[d] + self.field_offsets[f])
                 peer[slot_of(f, d, me, self.push_to, nf)] = delta
-        self._mine, self._peer = [route for route, _ in routes[me]], peer
+        self._mine = [route for route, _ in routes[me]]
         own = self._own()
         self.watch = [f for f in range(nf) if descs[me][f].kind == "private" and descs[me][f].buffer_id]
-        if self._mappings is not None:
-            self._mappings.trim({(d, desc.buffer_id) for d in self.push_to for desc in descs[d]})
-        self._routed, self.agreed = descs, list(self.descs)
+        self.current, self.agreed = list(indices), list(self.descs)
         self.landing_anywhere = any(route == "landing" for row in routes for route, _ in row)
         self.text = "; ".join(
             f"rank {r} field {f}: {descs[r][f].label()} -> {route}{' (' + why + ')' if why else ''}"
-            for r in range(len(descs)) for f, (route, why) in enumerate(routes[r]) if descs[r][f].kind != "result")
+            for r in range(nranks) for f, (route, why) in enumerate(routes[r]) if descs[r][f].kind != "result")
         return own, peer
 
     def _own(self) -> list[int]:
@@ -448,8 +502,8 @@ class Outputs:
         return own
 
     def _needs_mapping(self, descs: list[list[OutDesc]], push_from: list) -> bool:
-        """Collective (inside a capture): whether routing ``descs`` needs an export or a mapping no
-        execute() made yet (which a capture cannot hold); an output nobody maps re-routes freely."""
+        """Collective (inside a capture): whether registering ``descs`` (per rank; [] where nothing is
+        new) needs an export or a mapping no execute() made yet, which a capture cannot hold."""
         unexported = any(d.kind == "private" and d.exportable and not d.handle and push_from[r]
                          for r, row in enumerate(descs) for d in row)
         opened = self._mappings._open if self._mappings is not None else {}

@@ -81,11 +81,13 @@ def test_private_outputs_are_stored_into_through_mappings(p):
             ptr = outs[name]
             exe.rebind_input(ops[k])
             exe.bind_output(None if ptr is None else _device_buffer(ptr, plan.out_shape, 8))
-            opened = api.calls["open"]
+            opened, gathers = api.calls["open"], rt.comm.gathers
             exe.execute(0)
+            gathers = rt.comm.gathers - gathers
             check(exe.result_ptr if ptr is None else ptr, k, f"call {it} into {name}")
-            if it == 1:  # the same out= again: nothing mapped, one buffer-id query per call
-                assert api.calls["open"] == opened
+            if it in (1, 3):  # x again, and back to x after y: nothing mapped, nothing gathered (the
+                assert api.calls["open"] == opened  # registry index travels in the per-call agreement)
+                assert gathers == 1, (r, it, gathers)  # the agreement itself (an allgather in the simulation)
         assert "out= routes" in exe.describe() and "-> direct" in exe.describe()
         assert len(api.mapped) == 2 * (p - 1)  # every destination's x and y, each mapped once
         other = _lower(rt, plan, transport="push")  # a second executable into the same x: no new mapping
