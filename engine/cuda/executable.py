@@ -5,8 +5,9 @@ Made by :func:`.lower.lower` (collective). It implements the engine's
 :class:`~redist.engine.backend.Executable` protocol: the graph is captured on the first execute
 and rebound by kernel-node updates (``bind_input`` / ``rebind_input`` / ``bind_output``), never
 re-captured. ``execute`` agrees on the call first (one small Allreduce when P > 1: failures,
-the ``out=`` heap offset and the flags), so a rank with a problem never leaves its peers
-spinning on a barrier the failed rank will not reach. See DESIGN.md beside this file.
+the flags and each rank's ``out=`` as an index into a registry every rank keeps, user_memory.py),
+so a rank with a problem never leaves its peers spinning on a barrier the failed rank will not
+reach. See DESIGN.md beside this file.
 
 An ``out=`` of other strides than the planned dense ones (the interior of a ghosted array, a
 reversed view) needs other copies on every rank that writes into it, so it is a *layout*: the
