@@ -53,9 +53,12 @@ import redist
 from redist import Redistribute, Slab
 
 try:
-    from redist.engine.host import push
-except ImportError:  # a checkout without it
-    push = None
+    from redist.engine.host.push import tuning as push  # push's route knobs
+except ImportError:  # an older checkout: the knobs in engine/host/push.py, or no push at all
+    try:
+        from redist.engine.host import push
+    except ImportError:
+        push = None
 
 
 def plan_with(r, method: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import enum
 import functools
 import logging
 import time
@@ -15,15 +14,18 @@ from typing import Any, Generic, Literal, TypeVar
 import numpy as np
 
 from . import _runtime
+from ._binding import _POINTER, _Binding, _is_fields, _template, _wrap_fields
 from ._distributions import Box, Distribution
+from ._replays import _Replays
 from ._resolve import resolve_boxes
-from ._operands import Operand, as_array, data_pointer, layout_signature, wrap
+from ._operands import as_array, wrap
 from ._options import RedistributeOptions, ranked_logger
+from ._state import _HAS_OPERAND, _PLANNED, _RELEASED_MSG, _State
 from ._streams import current_stream, graph_handles, stream_handle
 from .engine import backend, collective
 from .engine.buffer import byte_extent
 from .engine.geometry import axis_order, normal_order
-from .engine.errors import CommunicationError, InternalError, InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
+from .engine.errors import InvalidStateError, InvalidTypeError, InvalidValueError, NotSupportedError
 from .engine.plan import fuse, make_plan
 from .engine.validate import RankSpec, check_boxes, check_fields, check_operands, consensus_order, raise_first
 
@@ -33,22 +35,6 @@ __all__ = ["Redistribute", "redistribute"]
 #: returns the same type
 ArrayT = TypeVar("ArrayT")
 DistributionLike = Any  # a Distribution, or a (lower, upper) pair taken as a Box
-
-
-class _State(enum.Enum):
-    NEW = "constructed, operand bound, not planned"
-    NEW_RELEASED = "constructed, operand released, not planned"
-    READY = "planned, operand bound"
-    RELEASED = "planned, operand released"
-    FREED = "freed"
-
-
-#: how many times one binding's replay is offered (Redistribute._offer)
-_OFFERS = 3
-_PLANNED = (_State.READY, _State.RELEASED)
-_HAS_OPERAND = (_State.NEW, _State.READY)
-_RELEASED_MSG = ("Execution cannot be performed after the operand has been released. Use reset_operand() "
-                 "to provide a new operand before performing the execution.")
 
 
 def _as_distribution(d, which: str) -> Distribution:
@@ -66,51 +52,7 @@ def _as_distribution(d, which: str) -> Distribution:
     raise InvalidTypeError(f"{which}_distribution must be a redist Distribution or a (lower, upper) pair, got {d!r}")
 
 
-#: address of element 0, per package (numpy: Redistribute._numpy_pointer, cached)
-_POINTER = {
-    "torch": lambda obj: obj.data_ptr(),
-    "cupy": lambda obj: obj.data.ptr,
-    "raw": lambda obj: obj.ptr,
-}
-
-
-def _template(op: Operand) -> Operand:
-    """``op`` without its array: what later operands are compared with (holds no user memory)."""
-    return dataclasses.replace(op, obj=None, buffer=dataclasses.replace(op.buffer, ptr=0, owner=None))
-
-
-def _is_fields(operand) -> bool:
-    """Several fields (a tuple or list of arrays) rather than one array."""
-    return isinstance(operand, (tuple, list))
-
-
-def _wrap_fields(operand, result_layout) -> list[Operand]:
-    """The fields of a tuple/list operand, checked against field 0 on this rank (shape, package,
-    memory, device; and a common memory layout unless ``result_layout`` forces one)."""
-    if not operand:
-        raise InvalidValueError("a tuple or list operand needs at least one field (array)")
-    ops = []
-    for f, obj in enumerate(operand):
-        try:
-            ops.append(wrap(obj))
-        except Exception as e:
-            raise type(e)(f"field {f}: {e} (a tuple or list operand holds several fields, one array each)") from e
-    first = ops[0]
-    for f, op in enumerate(ops[1:], 1):
-        for attr, what in (("package", "array package"), ("memory", "memory space"), ("device_id", "device"),
-                           ("shape", "shape")):
-            if getattr(op, attr) != getattr(first, attr):
-                raise InvalidValueError(
-                    f"field {f} has {what} {getattr(op, attr)!r} but field 0 has {getattr(first, attr)!r}: the fields "
-                    "of one Redistribute must share the shape (the box), package, memory space and device on each rank")
-    if result_layout == "auto" and not set.intersection(*(set(op.layouts()) for op in ops)):
-        raise InvalidValueError(
-            f"the fields have different memory layouts ({', '.join(f'field {f} {op.layouts()}' for f, op in enumerate(ops))}): "
-            "their results share one order; pass result_layout='C' or 'F'")
-    return ops
-
-
-class Redistribute(Generic[ArrayT]):
+class Redistribute(_Binding, _Replays, Generic[ArrayT]):
     """Redistribute a distributed N-D array: plan once, execute many times.
 
     Collective construction: every process passes its local piece (``operand``) and the
@@ -449,127 +391,6 @@ class Redistribute(Generic[ArrayT]):
                 self._offer(replays, out)
         return target
 
-    def _replayed(self, replays, out) -> Any:
-        """Run this call (no stream, the default flags) as the replay of its binding, where there is
-        one: what it returns; None where the call goes through Python (not READY, no replay, DEBUG
-        logging each call). A peer that says something else hands the call back to Python here, on
-        every rank (:meth:`_resume`)."""
-        if self._state is not _State.READY or self._logger.logger.isEnabledFor(logging.DEBUG):
-            return None
-        if out is None:
-            if self._fields:
-                rc = replays.run(self._operand_ptrs, (0,) * self._nfields)
-            else:
-                rc = replays.run1(self._operand_ptrs[0], 0)
-            target = self._result
-        elif self._fields or not isinstance(out, np.ndarray):
-            return None
-        else:  # the out= is matched in C against its record (_offer), data pointer included
-            rc = replays.run_out(self._operand_ptrs[0], out)
-            target = out
-        if rc == replays.DONE:
-            return target
-        if rc == replays.NONE:
-            return None
-        if rc == replays.CHANGED:  # reshaped, retyped, made read-only or moved in place: checked again
-            self._out_again.pop(id(out), None)
-            self._out_checked.pop((id(out), 0), None)
-            return None
-        if rc == replays.RESUME:
-            code, heard = replays.what_was_heard()
-            self._resume(code, heard, out)
-            return target
-        why = replays.error()  # the same on every rank where the kernel refused a cross-memory copy
-        raise CommunicationError(why if why.startswith("redist host backend") else
-                                 f"redist host backend: MPI error in execute (compiled replay): {why}")
-
-    def _offer(self, replays, out) -> None:
-        """After a call that ran in Python: the words of its replay for the next call of this
-        binding (local; an object whose words cannot be made keeps running in Python). A binding
-        whose replay was installed _OFFERS times already stays in Python: its replays keep going
-        before they run (a loop cycling through more bindings than a handle keeps, a checked rebind
-        every step)."""
-        again = None
-        if out is None:
-            key = (0,) * self._nfields
-        elif self._fields:
-            return
-        else:
-            again = self._again_hit(out)
-            if again is None:
-                return
-            key = (again[4],)
-        binding = (*self._operand_ptrs, *key)
-        offered = self._offered.get(binding, 0)
-        if offered >= _OFFERS:
-            return
-        words = self._replay(replays.forget)
-        if words is None:  # not counted: DEBUG logging, a binding not built yet, a route that cannot replay
-            return
-        if len(self._offered) >= 64:
-            self._offered.clear()
-        self._offered[binding] = offered + 1
-        if not replays.offer(words, key):
-            self._replays = None
-            self._logger.warning("redist: the compiled replays refused this object's words (a build of another "
-                                 "redist? reinstall it); its calls run in Python")
-        elif again is not None and out.dtype.names is None:  # C compares the dtype by address: not its names
-            replays.record_out(out, key[0], again[2])
-
-    def _bind_call(self, out) -> tuple[Any, collective.Problem | None]:
-        """Bind ``out`` (None: the engine-owned results) for a call: (what the call returns, this
-        rank's problem with it)."""
-        if self._fields:
-            if out is None and not self._outs_bound:  # the time loop's call: every field's own result
-                return self._result, None
-            return self._bind_outs(out)
-        if out is None:
-            if self._outs[0] is not None:
-                self._exe.bind_output(None)
-                self._outs[0] = None
-            return self._result, None
-        again = self._again_hit(out)
-        if again is not None:
-            if out is not self._outs[0]:  # a time loop's out= again, unchanged since a call took it: bind it
-                try:
-                    self._exe.bind_output(again[3])
-                except Exception as e:  # noqa: BLE001 -- agreed on by the call
-                    return out, collective.problem(e)
-                self._outs[0] = out
-            return out, None
-        return out, self._bind_out(out, 0)
-
-    def _replay(self, forget) -> np.ndarray | None:
-        """The words of the C ABI's compiled replay of the call just made (redist.cabi; None: it
-        cannot be replayed), valid until ``forget()`` is called. Local."""
-        if (self._exe is None or self._state is not _State.READY or self._fresh or self._streams
-                or self._logger.isEnabledFor(logging.DEBUG)):  # a replay logs nothing
-            return None
-        return self._exe.replay(forget)
-
-    def _resume(self, code: int, heard, out) -> None:
-        """Collective: the rest of a replayed call into ``out`` (redist.cabi; the operand bound as it
-        was made) whose status round, where this rank said ``code``, heard ``heard``."""
-        try:
-            _, problem = self._bind_call(out)  # accepted when the replay was made
-            if problem is not None:
-                raise InternalError(f"a replayed call's out= is refused now: {problem[1]}")
-            self._exe.resume(code, heard)
-        except BaseException:
-            self._unbind_outs()  # as execute() does
-            raise
-
-    def _unbind_outs(self) -> None:
-        """Bind every field back to its engine-owned result (what a call without out= does); also
-        where the operand is released (a call refused for that took its out= first)."""
-        if self._exe is None or self._state not in _PLANNED:
-            return
-        for f, o in enumerate(self._outs):
-            if o is not None:
-                self._exe.bind_output(None, f)
-                self._outs[f] = None
-        self._outs_bound = False
-
     def _host_capture_problem(self, stream) -> collective.Problem | None:
         """Why a host exchange cannot take ``stream`` (it is capturing a CUDA graph), or None."""
         try:
@@ -617,162 +438,6 @@ class Redistribute(Generic[ArrayT]):
             return None
         return allocate_symmetric_memory(shape, t.package, dtype=t.dtype, axis_order=self._out_order,
                                          make_symmetric=True)
-
-    def _bind_outs(self, out) -> tuple[tuple, collective.Problem | None]:
-        """Several fields: bind each field's out= (None: its engine-owned result); (targets, problem)."""
-        n = self._nfields
-        if out is None:
-            out = (None,) * n
-        elif not _is_fields(out) or len(out) != n:
-            got = f"{len(out)} entries" if _is_fields(out) else type(out).__name__
-            return self._result, self._out_failed(f"out= must be a tuple of {n} arrays (one per field), got {got}", None)
-        problem, ranges = None, []
-        for f, o in enumerate(out):
-            if o is None:
-                if self._outs[f] is not None:
-                    self._exe.bind_output(None, f)
-                    self._outs[f] = None
-                continue
-            problem = problem or self._bind_out(o, f, ranges)
-        self._outs_bound = any(o is not None for o in self._outs)
-        for i, (f, lo, hi) in enumerate(ranges):  # two fields written into the same bytes
-            for g, lo2, hi2 in ranges[i + 1:]:
-                if lo < hi2 and lo2 < hi and problem is None:
-                    problem = self._out_failed(f"field {g}'s out= overlaps field {f}'s", None)
-        return tuple(r if o is None else o for r, o in zip(self._result, out)), problem
-
-    def _bind_out(self, out, field: int, ranges: list | None = None) -> collective.Problem | None:
-        """Check field ``field``'s ``out`` locally and bind it; its problem (None if fine) for the
-        call's agreement. ``ranges`` (several fields) receives ``(field, lo, hi)``, the bytes it spans.
-
-        Objects checked before are kept (weakly) with their buffer and layout signature, so a loop
-        that alternates between a few out= arrays re-checks only what can change: writability and
-        overlap with the operands; an object reshaped (or re-typed) in place since is checked anew.
-        """
-        try:
-            hit = self._out_checked.get((id(out), field))
-            checked = hit is not None and hit[0]() is out and hit[1] == layout_signature(out)
-            if checked:
-                _, _, buf, lo, hi = hit
-            else:
-                try:
-                    op = wrap(out)
-                except InvalidValueError as e:  # e.g. strides, a lazy torch flag: said of the out=
-                    return self._out_failed(f"out= is refused: {e}", field)
-                t = self._templates[field]
-                if op.package != t.package:
-                    return self._out_failed(f"out= must be a {t.package} array like the operand, got {op.package}",
-                                            field)
-                if op.dtype_key != t.dtype_key:
-                    return self._out_failed(f"out= has dtype {op.dtype_name}, expected {t.dtype_name}", field)
-                msg = self._exe.out_problem(op.buffer, field)
-                if msg is not None:
-                    return self._out_failed(msg, field)
-                buf = op.buffer
-                for g, res in enumerate(self._exe.results):  # another field's engine-owned result: peers write it
-                    if g != field and buf.overlaps(res):
-                        return self._out_failed(f"out= overlaps field {g}'s engine-owned result (the exchange writes "
-                                                "it too)", field)
-                lo, hi = buf.address_range()
-                if len(self._out_checked) >= 8 * self._nfields:
-                    self._out_checked.clear()
-                try:
-                    self._out_checked[(id(out), field)] = (weakref.ref(out), layout_signature(out),
-                                                           dataclasses.replace(buf, owner=None), lo, hi)
-                except TypeError:  # an object without weak references: checked every time
-                    pass
-            if ranges is not None:
-                ranges.append((field, lo, hi))
-            if self._template.package == "numpy" and not out.flags.writeable:
-                return self._out_failed("out= is read-only", field)
-            if self._state is _State.READY:
-                for g, (p, (before, after)) in enumerate(zip(self._operand_ptrs, self._extents)):
-                    if p is not None and lo < p + after and p + before < hi:
-                        what = "the operand" if not self._fields else f"field {g}'s operand"
-                        return self._out_failed(f"out= overlaps {what} (the exchange would read what it overwrites)",
-                                                field)
-            if out is not self._outs[field] or not checked:  # a new object, or this one changed in place
-                self._exe.bind_output(buf, field)
-                self._outs[field] = out
-            if ranges is None and self._state is _State.READY and self._template.package == "numpy":
-                self._again(out, buf)
-            return None
-        except Exception as e:  # noqa: BLE001 -- agreed on by the call
-            return collective.problem(e)
-
-    def _again_hit(self, out) -> tuple | None:
-        """``out``'s record in ``_out_again`` where it may be taken again without its checks: the
-        same object, still writable, with the layout (a record dtype's names too), data and against an
-        operand it was checked with."""
-        again = self._out_again.get(id(out))
-        if (again is None or again[0]() is not out or not out.flags.writeable
-                or again[1] != (out.shape, out.strides, out.dtype, out.dtype.names)
-                or self._operand_ptrs[0] not in again[2]
-                or data_pointer(out) != again[3].ptr):  # moved in place by __setstate__: checked again
-            return None
-        return again
-
-    def _again(self, out, buf) -> None:
-        """Keep ``out`` (numpy, one field, just accepted with the operand bound now) for calls that
-        take it again without the checks: its layout, the operands it was checked against (up to
-        4: a loop alternating operands), its buffer and its key (the key of its compiled replays,
-        the same while the object and its layout are)."""
-        layout = (out.shape, out.strides, out.dtype, out.dtype.names)  # a record dtype's names are settable
-        op = self._operand_ptrs[0]
-        hit = self._out_again.get(id(out))
-        if hit is not None and hit[0]() is out and hit[1] == layout and hit[3].ptr == buf.ptr:
-            self._out_again[id(out)] = (hit[0], layout, (op, *hit[2][:3]) if op not in hit[2] else hit[2], hit[3],
-                                        hit[4])
-            return
-        if len(self._out_again) >= 8:
-            self._out_again.clear()
-        self._out_keys += 1
-        try:
-            self._out_again[id(out)] = (weakref.ref(out), layout, (op,), dataclasses.replace(buf, owner=None),
-                                        self._out_keys)
-        except TypeError:  # no weak references
-            pass
-
-    def _out_failed(self, msg: str, field: int | None = 0) -> collective.Problem:
-        where = f"field {field}: " if self._fields and field is not None else ""
-        return "InvalidValueError", f"execute(out=...): {where}{msg} (this rank's output box is {self.output_box})"
-
-    def _compat_problem(self, op: Operand, field: int = 0) -> str | None:
-        t = self._templates[field]
-        for attr, what in (("package", "package"), ("memory", "memory space"), ("device_id", "device"),
-                           ("dtype_key", "data type"), ("shape", "shape")):
-            if getattr(op, attr) != getattr(t, attr):
-                name = "dtype_name" if attr == "dtype_key" else attr
-                return (f"The new operand's {what} ({getattr(op, name)}) doesn't match the original operand's "
-                        f"({getattr(t, name)})")
-        if op.size > 1 and op.strides != t.strides:
-            return f"The new operand's strides ({op.strides}) don't match the original operand's ({t.strides})"
-        return None
-
-    def _alias_problem(self, op: Operand) -> str | None:
-        """Why ``op`` cannot be read while this object writes its outputs, or None. The engine-owned
-        results only: an out= is checked against the operand by the execute() that passes it, so
-        the out= of the last call may become the next operand (a ping-pong loop)."""
-        if self._exe is None:
-            return None
-        for f, written in enumerate(self._exe.results):
-            if op.buffer.overlaps(written):
-                where = f" of field {f}" if self._fields else ""
-                return f"the new operand overlaps this object's own result{where} (the exchange would read what it overwrites)"
-        return None
-
-    def _objects(self) -> tuple:
-        """The operand objects bound now, one per field."""
-        return self._operand_obj if self._fields else (self._operand_obj,)
-
-    def _field_index(self, field: int | None) -> int | None:
-        if field is None:
-            return None
-        if not self._fields:
-            raise InvalidValueError("field= needs a Redistribute of several fields (a tuple operand)")
-        if not isinstance(field, int) or isinstance(field, bool) or not 0 <= field < self._nfields:
-            raise InvalidValueError(f"field must be an int in [0, {self._nfields}), got {field!r}")
-        return field
 
     def reset_operand(self, operand: ArrayT, *, field: int | None = None, stream: Any = None) -> None:
         """Collective: replace the operand by a compatible one (same package, dtype, shape,
@@ -848,38 +513,6 @@ class Redistribute(Generic[ArrayT]):
             self._bind([wrap(operand)], [field])
             return
         self._bind([wrap(obj) for obj in (operand if self._fields else (operand,))], list(range(self._nfields)))
-
-    def _numpy_pointer(self, operand) -> int:
-        """The address of a numpy ``operand``, kept (weakly) for the next rebind to the same object.
-
-        numpy's ``__array_interface__`` costs ~2 us; an array's address never changes while it
-        keeps its shape, which reset_operand_unchecked's contract already requires.
-        """
-        hit = self._ptrs.get(id(operand))
-        if hit is not None and hit[0]() is operand:
-            return hit[1]
-        ptr = operand.__array_interface__["data"][0]
-        if len(self._ptrs) >= 8:
-            self._ptrs.clear()
-        self._ptrs[id(operand)] = (weakref.ref(operand), ptr)
-        return ptr
-
-    def _bind(self, ops: list[Operand], fields: list[int]) -> None:
-        if self._state in _PLANNED:
-            for f, op in zip(fields, ops):
-                self._exe.bind_input(op.buffer, f)
-            self._state = _State.READY
-        else:
-            self._state = _State.NEW
-        if self._fields:
-            objs = list(self._operand_obj) if self._operand_obj is not None else [None] * self._nfields
-            for f, op in zip(fields, ops):
-                objs[f] = op.obj
-                self._operand_ptrs[f] = op.ptr
-            self._operand_obj = tuple(objs)
-        else:
-            self._operand_obj = ops[0].obj
-            self._operand_ptrs[0] = ops[0].ptr
 
     def release_operand(self) -> None:
         """Drop every reference this object holds to the operand (and any device mirror of it).

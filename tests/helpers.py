@@ -69,17 +69,17 @@ PUSH_ROUTES = ("push", "push-copies", "push-messages", "push-direct")
 def push_route(method: str):
     """Objects planned inside take push's route ``method`` (one of :data:`PUSH_ROUTES`) for calls with
     an out=; any other method: nothing changes."""
-    from redist.engine.host import push
+    from redist.engine.host.push import tuning
 
-    saved = push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN, push.DIRECT_SMALL_MIN
+    saved = tuning.LANDING_MAX, tuning.DIRECT, tuning.DIRECT_MIN_RUN, tuning.DIRECT_SMALL_MIN
     if method in ("push-messages", "push-direct"):  # LANDING_MAX -1: not even exchanges that receive nothing land
-        push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN = -1, method == "push-direct", 0
+        tuning.LANDING_MAX, tuning.DIRECT, tuning.DIRECT_MIN_RUN = -1, method == "push-direct", 0
     if method == "push-copies":
-        push.DIRECT_SMALL_MIN = 0
+        tuning.DIRECT_SMALL_MIN = 0
     try:
         yield
     finally:
-        push.LANDING_MAX, push.DIRECT, push.DIRECT_MIN_RUN, push.DIRECT_SMALL_MIN = saved
+        tuning.LANDING_MAX, tuning.DIRECT, tuning.DIRECT_MIN_RUN, tuning.DIRECT_SMALL_MIN = saved
 
 
 def gpu_env(**extra) -> dict:

@@ -26,48 +26,30 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import collective
-from ..buffer import Buffer, self_overlapping
-from ..errors import CudaError, InvalidStateError, InvalidValueError
+from ..buffer import Buffer
+from ..errors import CudaError, InvalidStateError
 from ..plan import FusedPlan, Plan, fuse
 from . import kernels
+from .binding import Bindings
+from .captured import CapturedCopies
 from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
+from .layouts import OutLayouts
 from .user_memory import Outputs, slot_of
 
 if TYPE_CHECKING:
+    from .captured import _Copy
     from .graph import Capture, GraphExec, KernelLaunch
     from .runtime import Runtime
 
 _SIGNAL_ADD = 10  # NVSHMEM_SIGNAL_ADD (nvshmem.bindings.Signal_op.SIGNAL_ADD)
-#: out= layout variants kept per executable (least recently used ones beyond are freed, collectively)
-LAYOUTS = 4
-_CAPTURE_NONE, _CAPTURE_ACTIVE, _CAPTURE_INVALIDATED, _CAPTURE_IMPLICIT = 0, 1, 2, 3  # graph.CAPTURE_*
 
 __all__ = ["CudaExecutable"]
-
-
-class _Copy:
-    """One copy of the exchange that execute() recorded into a capture of the user's: the capture
-    (its id), the child node in the user's graph (0: recorded flat), the variant (out= layout) it
-    is a copy of, and our kernels' nodes in the user's graph."""
-
-    __slots__ = ("binding", "capture_id", "kernels", "node", "variant")
-
-    def __init__(self, capture_id: int, node: int, variant: CudaExecutable,
-                 kernels: list[tuple[KernelLaunch, int]]) -> None:
-        self.capture_id, self.node, self.variant = capture_id, node, variant
-        self.kernels = kernels  # (our kernel, its node in the user's graph): what update_captured rewrites
-        self.binding = variant._binding()  # what the copy reads and writes (the operands, out= offsets, wait)
-
-
-#: whether the driver takes cuGraphExecKernelNodeSetParams for a kernel node inside a child graph
-#: (else update_captured rewrites the whole child: cuGraphExecChildGraphNodeSetParams)
-_DIRECT_UPDATES = [True]
 
 
 class _Kernel:
@@ -90,8 +72,12 @@ class _Kernel:
         return v
 
 
-class CudaExecutable:
-    """A lowered plan: engine-owned symmetric result, optional staging, kernels, one graph."""
+class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
+    """A lowered plan: engine-owned symmetric result, optional staging, kernels, one graph.
+
+    Its parts: :class:`~.binding.Bindings` (operands, out=), :class:`~.layouts.OutLayouts` (out= of
+    other strides), :class:`~.captured.CapturedCopies` (copies recorded into the user's captures).
+    """
 
     backend = "cuda"
     plan: Plan | FusedPlan
@@ -278,138 +264,6 @@ class CudaExecutable:
 
     # -- binding (the hot path of reset_operand_unchecked / out=) -------------------------------
 
-    def bind_input(self, buf: Buffer, field: int = 0) -> None:
-        """Read field ``field``'s operand from ``buf`` (device memory, the planned layout)."""
-        self.rebind_input(buf.ptr, buf.owner, field)
-
-    def rebind_input(self, ptr: int, owner: object = None, field: int = 0) -> None:
-        """Point every kernel that reads field ``field``'s operand at ``ptr`` (kernel-node update; never re-capture)."""
-        if self._active is not self:  # a layout variant runs: only its nodes change (this one's on a switch back)
-            self._active.rebind_input(ptr, owner, field)
-            self._bound = not self._freed
-            return
-        self._in_owners[field] = owner
-        self._bound = not self._freed
-        if ptr != self._in_ptrs[field]:
-            self._set_inputs(((field, ptr),))
-
-    def rebind_inputs(self, ptrs: Sequence[int], owners: Sequence[object]) -> None:
-        """Every field's operand at once: one node update per kernel that reads the operands."""
-        if self._active is not self:
-            self._active.rebind_inputs(ptrs, owners)
-            self._bound = not self._freed
-            return
-        self._in_owners = list(owners)
-        self._bound = not self._freed
-        changed = [(f, ptr) for f, ptr in enumerate(ptrs) if ptr != self._in_ptrs[f]]
-        if changed:
-            self._set_inputs(changed)
-
-    def _set_inputs(self, changed) -> None:
-        """New operand addresses ``(field, address)`` in every kernel that reads them (vector width
-        follows the narrowest alignment), one node update per kernel."""
-        for f, ptr in changed:
-            self._in_ptrs[f] = ptr
-            self._in_aligns[f] = min(ptr & -ptr, 16) if ptr else 16
-        a = min(self._in_aligns)
-        for kern in self._in_kernels:
-            launch = kern.launch
-            for f, ptr in changed:
-                launch.set_in(f, ptr)
-            if a != kern.in_align:
-                kern.in_align = a
-                launch.set_vec(self._pick(kern))
-            launch.update()
-
-    def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
-        """Write field ``field`` into ``buf``, device memory of this GPU (symmetric or not, see
-        user_memory.py); None: the result.
-
-        Strides other than the planned ones, and an output other ranks have not seen yet, take
-        effect at the next execute, once agreed.
-        """
-        planned = self._fields[field].out_strides
-        dense = buf is None or buf.is_dense(planned)
-        self._wants[field] = None if dense else tuple(buf.strides)
-        self._want = None if all(w is None for w in self._wants) else tuple(self._wants)
-        landing = self._outputs.bind(field, buf, dense)
-        delta = 0 if buf is None or landing else buf.ptr - self.results[field].ptr
-        self._active._set_delta(field, delta)  # the running one's nodes only
-        self._out_unagreed = True
-
-    def _set_delta(self, field: int, delta: int) -> None:
-        if delta == self._out_deltas[field]:
-            return
-        self._out_deltas[field] = delta
-        self._out_aligns[field] = min(delta & -delta, 16) if delta else 16
-        self._set_deltas(((field, delta),))
-
-    def _set_deltas(self, slots) -> None:
-        """New output offsets ``(slot, delta)`` in every kernel that writes outputs (one node update each)."""
-        a = min([*self._out_aligns, *(min(d & -d, 16) for d in self._peer_deltas.values() if d)])
-        for kern in self._out_kernels:
-            launch = kern.launch
-            for slot, delta in slots:
-                launch.set_delta(slot, delta)
-            if a != kern.out_align:
-                kern.out_align = a
-                launch.set_vec(self._pick(kern))
-            launch.update()
-
-    def _set_peer_deltas(self, deltas: dict[int, int]) -> None:
-        """The push destinations' output offsets (slot -> delta), as routed (user_memory)."""
-        changed = [(k, v) for k, v in deltas.items() if self._peer_deltas.get(k, 0) != v]
-        changed += [(k, 0) for k in self._peer_deltas if k not in deltas]
-        self._peer_deltas = dict(deltas)
-        if changed:
-            self._set_deltas(changed)
-
-    def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
-        p, rt = self._fields[field], self.rt
-        if buf.memory != "cuda":
-            return f"out= must be in GPU memory like the operand, got memory {buf.memory!r}"
-        if buf.device_id is not None and buf.device_id != rt.device_id:
-            return f"out= is on CUDA device {buf.device_id}, expected device {rt.device_id}"
-        if buf.itemsize != p.itemsize:
-            return f"out= has {buf.itemsize}-byte elements, expected {p.itemsize}"
-        if buf.shape != p.out_shape:
-            return f"out= has shape {buf.shape}, expected {p.out_shape} (the output box {p.out_box})"
-        if buf.readonly:
-            return "out= is read-only"
-        if self_overlapping(buf.shape, buf.strides):
-            return f"out= has strides {buf.strides} (elements) that make elements overlap in memory"
-        ent = rt.sym_lookup(buf.ptr)
-        if ent is None and not rt.is_symmetric(buf.ptr):
-            return self._outputs.problem(buf, p.out_strides)
-        lo, hi = buf.address_range()
-        if ent is not None and buf.size and (lo < ent[0] or hi > ent[0] + ent[1]):
-            return (f"out= (bytes [{lo - ent[0]}, {hi - ent[0]}) of its allocation) reaches outside its symmetric "
-                    f"allocation ({ent[1]} bytes)")
-        result = self.results[field].ptr
-        delta = buf.ptr - result
-        for d in self.launch_list.push_to:
-            if rt.peer_ptr(buf.ptr, d) != rt.peer_ptr(result, d) + delta:
-                return f"out= is not mapped like the symmetric heap for peer {d} (externally registered memory?)"
-        return None
-
-    def out_signature(self, buf: Buffer | None, field: int = 0) -> int:
-        """The output's offset on the symmetric heap, or its address (private device memory). Ranks
-        need not agree on it: each rank's output is routed to (user_memory.py)."""
-        if buf is None:
-            return self.rt.heap_offset(self.results[field].ptr)
-        return self.rt.heap_offset(buf.ptr) if self.rt.is_symmetric(buf.ptr) else buf.ptr
-
-    def release_input(self) -> None:
-        for v in self._variants.values():
-            v.release_input()
-        self._in_owners = [None] * self.nfields
-        self._bound = False
-
-    @property
-    def output_ptr(self) -> int:
-        """Field 0's output now (its engine-owned result, or the bound out=)."""
-        return self.result_ptr + self._active._out_deltas[0]
-
     # -- execution ------------------------------------------------------------------------------
 
     def _enqueue(self, stream: int, sync: bool, cap: Capture | None = None) -> None:
@@ -527,219 +381,8 @@ class CudaExecutable:
         if self._logger is not None:
             self._logger.info("cuda out= routes: %s", self._outputs.text or "every output is the engine-owned result")
 
-    def _capture_problem(self, stream: int, capture: int, release_workspace: bool) -> collective.Problem | None:
-        """Why this execute cannot run as asked, found before anything is enqueued (so the user's
-        capture stays valid), or None."""
-        if capture == _CAPTURE_IMPLICIT:
-            return ("InvalidValueError", ("execute() on the legacy default stream (stream 0) while a blocking stream is "
-                    "capturing: the exchange would join that capture implicitly, which CUDA forbids; pass the "
-                    "capturing stream (stream=...), or capture on a non-blocking stream"))
-        if capture == _CAPTURE_INVALIDATED:
-            return ("InvalidStateError", (f"the capture on stream 0x{stream:x} has been invalidated by an earlier "
-                    "error: end it (cuStreamEndCapture fails) and capture again"))
-        if capture and release_workspace:
-            return ("InvalidStateError", ("execute(release_workspace=True) inside a CUDA graph capture: freeing the "
-                    "staging is collective and synchronises the GPU, which a capture cannot hold; pass "
-                    "release_workspace=True outside the capture"))
-        if release_workspace and self._copies:
-            return ("InvalidStateError", ("execute(release_workspace=True): copies of this exchange recorded into your "
-                    "CUDA graphs use its staging; destroy those graphs and call release_captured() first"))
-        if capture and not self._flat:  # joining the capture as a child needs its dependencies: ask now
-            try:
-                self._drv.capture_info(stream)
-            except CudaError as e:
-                return collective.problem(e)
-        return None
-
-    def _record(self, exe: CudaExecutable, stream: int, sync: bool) -> None:
-        """Add variant ``exe``'s exchange, with the bindings of now, to the capture under way on ``stream``.
-
-        An exchange of kernels only (one rank; push with the epoch protocol: the usual case) is
-        launched straight into the capture, one kernel node each, as the user's own kernels are;
-        one with NVSHMEM stream operations (puts, barriers) goes in as one child-graph node, a copy
-        of our graph (NVSHMEM is never called inside the user's capture).
-        """
-        from .graph import join_capture
-
-        drv = self._drv
-        if bool(sync) != exe._wait:
-            exe._set_wait(bool(sync))
-        node, kernels = 0, []
-        if exe._flat:
-            for st in exe.launch_list.steps:
-                kern = exe._kernels[st.kernel.name]
-                kern.launch.launch(stream)
-                _, cid, user_graph, deps = drv.capture_info(stream)
-                if len(deps) != 1:
-                    raise CudaError(f"expected one captured node for the {st.kernel.name} kernel, got {len(deps)}")
-                kernels.append((kern.launch, deps[0]))
-        else:
-            for kern in exe._kernels.values():
-                kern.launch.update_template()
-            user_graph, cid, node = join_capture(drv, stream, exe._exec.graph)
-            try:  # our kernels' nodes inside the copy, found by their segment tables
-                funcs = {f for kern in exe._kernels.values() for f in kern.launch.funcs.values()}
-                inside = drv.child_kernels(node, funcs)
-                kernels = [(kern.launch, inside[kern.table_ptr]) for kern in exe._kernels.values()]
-            except (CudaError, KeyError):  # then update_captured rewrites the whole child
-                kernels = []
-        for dst, src, n in self._outputs.landing() or ():  # the landing route's copies, recorded after the exchange
-            drv.call("cuMemcpyDtoDAsync", dst, src, n, stream)
-        copy = _Copy(cid, node, exe, kernels)
-        self._copies.append(copy)
-        copies = self._captured.get(user_graph) or []
-        if any(c.capture_id != cid for c in copies):
-            # another capture into this handle: a second capture into one graph (cuStreamBeginCaptureToGraph),
-            # or the old graph is gone and its handle reused (its copies stay in _copies until release_captured)
-            nodes = set(drv.graph_nodes(user_graph))
-            copies = [c for c in copies if c.capture_id == cid or self._holds(c, nodes)]
-        self._captured[user_graph] = [*copies, copy]
-        self._forget_updates(user_graph)
-        if self._logger is not None:
-            self._logger.info("cuda: exchange recorded into the capture on stream 0x%x (graph 0x%x, %s)", stream,
-                              user_graph, f"child node 0x{node:x}" if node else f"{len(kernels)} kernel node(s)")
-
-    def _forget_updates(self, graph: int) -> None:
-        self._updates = {k: v for k, v in self._updates.items() if k[0] != graph}
-
-    def captured_copies(self) -> int:
-        """How many copies of this exchange execute() recorded into the user's captures, since the
-        last :meth:`release_captured` (local)."""
-        return len(self._copies)
-
-    def release_captured(self) -> None:
-        """The caller declares that no graph holding a copy of this exchange will be launched again
-        (local). Until then the memory the copies use outlives free() (retired until finalize) and
-        release_workspace is refused; memory already retired so is freed at the next collective point."""
-        self._copies, self._captured, self._updates = [], {}, {}
-        self._held[0] = False
-        self._held = [True]
-
     def replay(self, forget: Callable[[], None]) -> None:
         """No compiled replay: a CUDA execute is one graph launch already."""
-
-    def update_captured(self, graph: int, graph_exec: int) -> int:
-        """Push the operand bound now into every copy of this exchange that execute() recorded into
-        ``graph``, in ``graph_exec`` (an exec instantiated from ``graph``). Local; returns how many
-        copies. The copies keep the out= and sync_symmetric_memory they were recorded with: when the
-        last execute() used others, this raises (peers store into a copy's out=).
-
-        The copies keep their bindings until this is called: it rewrites their kernel nodes in
-        ``graph_exec`` (``cuGraphExecKernelNodeSetParams``, one call per kernel; launches already
-        enqueued are not affected).
-        """
-        if self._freed:
-            raise InvalidStateError("update_captured: this CUDA executable has been freed")
-        if not self._bound:
-            raise InvalidStateError("update_captured: no operand is bound (it was released): call reset_operand() "
-                                    "first")
-        prepared = self._updates.get((graph, graph_exec)) or self._prepare_update(graph, graph_exec)
-        copies, calls = prepared
-        active = self._active
-        if self._want != self._mine or self._out_unagreed:
-            raise InvalidStateError("update_captured: the out= bound now was not used by a successful execute() (the "
-                                    "execute() that bound it failed); call execute() first")
-        first = copies[0].binding
-        for c in copies:
-            if c.variant is not active:
-                raise InvalidStateError(
-                    "update_captured: a copy in this graph was captured with an out= of other strides than the last "
-                    "execute()'s (another out= layout); execute() once with an out= of those strides, or capture again")
-            if c.binding != first:
-                raise InvalidStateError(
-                    f"update_captured: graph 0x{graph:x} holds {len(copies)} copies of this exchange recorded with "
-                    "different operands, out= or sync_symmetric_memory (e.g. one Redistribute executed for u, then for v, "
-                    "in one step); one "
-                    "update would give them all the operand bound now. Capture again, or use one Redistribute per "
-                    "operand")
-        binding = active._binding()
-        if binding[1:] != first[1:]:  # only the operand is local: peers store into the out=
-            what = "out=" if binding[1] != first[1] else "sync_symmetric_memory"
-            raise InvalidStateError(
-                f"update_captured: the copies in graph 0x{graph:x} were recorded with another {what} than the last "
-                "execute() used; update_captured rebinds the operand only (peers store into the out= a copy writes, "
-                "so changing it on one rank would desynchronise the job). Call execute() once with the out= and "
-                "sync_symmetric_memory the graph was captured with, or capture again")
-        if calls is not None:  # the copies' kernel nodes, in place: one call per kernel
-            fn = self._drv.cuGraphExecKernelNodeSetParams
-            for nd, pref in calls:
-                if fn(graph_exec, nd, pref):
-                    break
-            else:
-                for c in copies:
-                    c.binding = binding
-                return len(copies)
-        self._update_children(copies, graph, graph_exec, direct_failed=calls is not None)
-        for c in copies:
-            c.binding = binding
-        return len(copies)
-
-    def _binding(self) -> tuple:
-        """What this variant's kernels read and write now: the operands, the out= offsets, the wait flag."""
-        return tuple(self._in_ptrs), (tuple(self._out_deltas), tuple(sorted(self._peer_deltas.items()))), self._wait
-
-    def _holds(self, c: _Copy, nodes: set[int]) -> bool:
-        """Whether copy ``c``'s nodes are among ``nodes`` (those of the graph it was recorded into)."""
-        return c.node in nodes if c.node else all(nd in nodes for _, nd in c.kernels)
-
-    def _prepare_update(self, graph: int, graph_exec: int) -> tuple[list[_Copy], list | None]:
-        """The copies recorded into ``graph`` (checked to be in it, once per (graph, exec)) and the
-        kernel-node updates that rebind them (None: a copy needs its whole child rewritten)."""
-        copies = list(self._captured.get(graph, ()))
-        if not copies:
-            raise InvalidValueError(
-                f"update_captured: graph 0x{graph:x} holds no copy of this exchange (execute() records one when "
-                "it runs on a capturing stream; pass the graph that capture produced, not a clone)")
-        nodes = set(self._drv.graph_nodes(graph))
-        missing = [c for c in copies if not self._holds(c, nodes) or not self._ours(c)]
-        if missing:
-            raise InvalidValueError(
-                f"update_captured: {len(missing)} of the {len(copies)} copies of this exchange recorded into graph "
-                f"0x{graph:x} are no longer in it (nodes removed, or the graph was destroyed and the handle reused)")
-        nested = _DIRECT_UPDATES[0]
-        calls = None
-        if all(c.kernels and (nested or not c.node) for c in copies):
-            calls = [(nd, launch._pref) for c in copies for launch, nd in c.kernels]
-        self._updates[(graph, graph_exec)] = (copies, calls)
-        return copies, calls
-
-    def _ours(self, c: _Copy) -> bool:
-        """Whether copy ``c``'s nodes still are what was recorded (a graph destroyed without
-        release_captured may have given its handle and node addresses to a new one): a child graph,
-        or kernel nodes running one of our kernels on its segment table."""
-        drv = self._drv
-        if c.node:
-            return drv.node_type(c.node) == "graph"
-        for launch, nd in c.kernels:
-            if drv.node_type(nd) != "kernel" or drv.kernel_table(nd, set(launch.funcs.values())) != launch.a_table.value:
-                return False
-        return True
-
-    def _update_children(self, copies: list[_Copy], graph: int, graph_exec: int, *, direct_failed: bool) -> None:
-        """update_captured's slow path: rewrite each copy's whole child graph from ours (brought up
-        to date first); kernel nodes recorded flat are rewritten one by one."""
-        from .graph import _err_name
-
-        drv, active, templated = self._drv, self._active, False
-        for c in copies:
-            if not c.node:  # recorded flat: its kernel nodes are the user's graph's own
-                for launch, nd in c.kernels:
-                    rc = drv.cuGraphExecKernelNodeSetParams(graph_exec, nd, launch._pref)
-                    if rc:
-                        raise CudaError(f"update_captured: cuGraphExecKernelNodeSetParams failed with CUresult {rc}"
-                                        f"{_err_name(rc)} (is graph_exec instantiated from graph 0x{graph:x}?)")
-                continue
-            if not templated:
-                for kern in active._kernels.values():
-                    kern.launch.update_template()
-                templated = True
-            rc = drv.cuGraphExecChildGraphNodeSetParams(graph_exec, c.node, active._exec.graph)
-            if rc:
-                raise CudaError(f"update_captured: cuGraphExecChildGraphNodeSetParams failed with CUresult {rc}"
-                                f"{_err_name(rc)} (is graph_exec instantiated from graph 0x{graph:x}?)")
-            if direct_failed and c.kernels and _DIRECT_UPDATES[0]:  # the exec is fine: the driver refused nodes
-                _DIRECT_UPDATES[0] = False                             # inside a child graph
-                self._updates.clear()
 
     def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None,
              land: list[tuple[int, int, int]] | None = None) -> None:
@@ -767,53 +410,6 @@ class CudaExecutable:
         if release_workspace:
             self.release_workspace()
 
-    def _switch(self, layout: tuple, *, lower: bool = True) -> None:
-        """Collective (every rank, the same ``layout``): run the variant lowered for ``layout``,
-        every rank's out= strides (None: the planned ones), lowering it the first time (refused
-        when ``lower`` is False: inside a capture). The one that ran so far holds the current
-        operand and out= offset: the next one takes them over."""
-        old = self._active
-        ptrs, owners, deltas = list(old._in_ptrs), list(old._in_owners), list(old._out_deltas)
-        peer = dict(old._peer_deltas)
-        if all(st is None for st in layout):
-            exe = self
-        else:
-            exe = self._variants.pop(layout, None)
-            if exe is None:
-                if not lower:  # the same history, so the same answer, on every rank
-                    raise InvalidStateError(
-                        "execute(out=...) inside a CUDA graph capture with an out= of strides no execute() has used "
-                        f"yet (out= strides of every rank: {layout}): lowering the exchange for them is collective "
-                        "and allocates; call execute(out=...) with such an out= once outside the capture first")
-                exe = self._variant(layout)
-            self._variants[layout] = exe  # most recently used last
-            if len(self._variants) > LAYOUTS:  # the same history, so the same eviction, on every rank
-                self._evict(self._variants.pop(next(iter(self._variants))))
-        self._active = exe
-        exe.rebind_inputs(ptrs, owners)
-        for f, delta in enumerate(deltas):
-            exe._set_delta(f, delta)
-        exe._set_peer_deltas(peer)
-        exe._bound = self._bound
-        if old is not exe:
-            old._in_owners = [None] * self.nfields  # an inactive variant (or base) keeps no operand alive
-        self._mine = layout[self.rt.rank]
-
-    def _evict(self, exe: CudaExecutable) -> None:
-        """Collective: free an out= layout variant, or, while a user's graph may still run a copy of
-        it, retire its memory to the runtime (freed once every rank's copies are gone)."""
-        mine = any(c.variant is exe for c in self._copies)
-        if not any(collective.agree(self.rt.comm, None, mine)):  # the same decision everywhere
-            exe.free()
-            return
-        self._retirements += 1
-        exe._freed, exe._bound = True, False
-        exe._check.free()
-        exe._destroy_exec()
-        sym, dev = exe._held_memory()
-        held = self._held
-        self.rt.retire((self.serial, self._retirements), sym, dev, pending=(lambda: held[0]) if mine else None)
-
     def _held_memory(self) -> tuple[list[int], list[int]]:
         """This variant's (or base's) symmetric and device memory, the result excluded, in allocation order."""
         sym = [p for p in (self._send, self._recv, self._ctl) if p]
@@ -821,29 +417,6 @@ class CudaExecutable:
         self._send = self._recv = self._ctl = 0
         self._kernels, self._protos = {}, []
         return sym, dev
-
-    def _variant(self, layout: tuple) -> CudaExecutable:
-        """Collective: this plan lowered with every rank's output at its strides in ``layout``."""
-        from .launch_list import build_launch_list
-
-        plan, rt = self.plan, self.rt
-        if self._relower is None:
-            raise InvalidStateError("this CUDA executable was not made by lower(): it cannot take strided out=")
-        reach, transport, signal = self._relower
-        fields = self._fields
-        strides = [[st[f] if st is not None and st[f] is not None else p.out_strides_of(r) for r, st in enumerate(layout)]
-                   for f, p in enumerate(fields)]  # per field, per rank
-        funcs = {}
-        with collective.attempt(rt.comm):
-            moved = plan.retarget_all(strides) if isinstance(plan, FusedPlan) else plan.retarget_all(strides[0])
-            ll = build_launch_list(moved, reach, transport=transport, signal=signal, sm_count=rt.sm_count)
-            for k in ll.kernels:
-                funcs[k.name] = rt.functions(*k.family, k.kind)
-        exe = CudaExecutable(moved, rt, ll, funcs, serial=self.serial, blocking=self.blocking, logger=self._logger,
-                             relower=self._relower, shared_result=self.result_ptr)
-        if self._logger is not None:
-            self._logger.info("cuda out= layout %s: lowered a variant (%d in all)", layout, len(self._variants) + 1)
-        return exe
 
     def _set_wait(self, wait: bool) -> None:
         """sync_symmetric_memory in epoch mode: the copy kernel's credit wait (a node update)."""

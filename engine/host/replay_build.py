@@ -41,7 +41,8 @@ def ffi() -> cffi.FFI:
     # headers need declarations that cffi's default Py_LIMITED_API hides (numpy 2.5: PyExc_ModuleNotFoundError)
     builder.set_source(MODULE, '#include "replay_ext.c"', py_limited_api=False,
                        include_dirs=["engine/host", "cabi", numpy.get_include()],
-                       depends=["engine/host/replay_ext.c", "cabi/redist_replay.c", "cabi/redist.h"],
+                       depends=["engine/host/replay_ext.c", "cabi/redist_replay.c", "cabi/redist_replay_table.c",
+                                "cabi/redist_replay_words.c", "cabi/redist.h"],
                        extra_compile_args=["-O2", "-pthread", "-Wno-unused-function"], extra_link_args=["-pthread"])
     return builder
 

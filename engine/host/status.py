@@ -32,7 +32,7 @@ __all__ = ["FAILED", "WELL", "StatusRound"]
 
 #: the code of a rank that cannot take part in this call
 FAILED = 0
-#: the code of a rank that can (push adds codes of its own, see engine/host/push.py)
+#: the code of a rank that can (push adds codes of its own, see engine/host/push/codes.py)
 WELL = 1
 
 

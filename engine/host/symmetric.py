@@ -6,7 +6,7 @@ shared-memory file of its own (``/dev/shm``), which every other rank of the same
 before the file is unlinked: nothing is left in ``/dev/shm`` once the call returns. The host
 ``push`` method stores straight into such an array when it is a rank's ``out=``: the peers store
 their parts into their mapping of it, one copy per element, as into the engine-owned result
-(engine/host/push.py). Every other ``out=`` is private memory, which no peer can store into.
+(engine/host/push/shared.py). Every other ``out=`` is private memory, which no peer can store into.
 
 Each allocation has an id, the same on every rank (allocations are collective and counted in
 order); a rank's push segment publishes the id and the address of its ``out=``, and a peer

@@ -4,7 +4,7 @@
     PYTHONPATH=perf/push_site REDIST_BENCH_PUSH="LANDING_MAX=0 DIRECT_READ=True" mpiexec ... ./bench_pencils ...
 
 Every Python that starts with this folder on ``PYTHONPATH`` (the C ABI's embedded one too) sets
-the ``redist.engine.host.push`` module variables named in ``REDIST_BENCH_PUSH`` (NAME=VALUE,
+the ``redist.engine.host.push.tuning`` module variables named in ``REDIST_BENCH_PUSH`` (NAME=VALUE,
 space-separated, VALUE a Python literal) before any object is planned. Not part of redist.
 """
 
@@ -13,13 +13,13 @@ import os
 
 _knobs = os.environ.get("REDIST_BENCH_PUSH", "").split()
 if _knobs:
-    from redist.engine.host import push
+    from redist.engine.host.push import tuning as push
 
     _settings = {}
     for _knob in _knobs:  # every entry checked before any is set; any error ends the interpreter
         _name, _sep, _value = _knob.partition("=")
         if not _sep or not hasattr(push, _name):
-            raise SystemExit(f"REDIST_BENCH_PUSH: {_knob!r} is not NAME=VALUE for a variable of redist.engine.host.push")
+            raise SystemExit(f"REDIST_BENCH_PUSH: {_knob!r} is not NAME=VALUE for a variable of redist.engine.host.push.tuning")
         try:
             _settings[_name] = ast.literal_eval(_value)
         except (ValueError, SyntaxError):

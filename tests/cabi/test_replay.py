@@ -162,11 +162,11 @@ def test_cross_memory_calls_and_the_closing_allreduce(harness):
     process as the peer) move their bytes, iovec by iovec; the closing Allreduce gets zeros where the
     kernel took every call. A refused call (a remote iovec on a read-only page) still lets the other
     calls run, contributes the rank it was to write (plus one) and its errno, and fails the call with
-    engine/host/push.py's refused_message; so does a refusal only a peer saw."""
+    engine/host/push/cross_memory.py's refused_message; so does a refusal only a peer saw."""
     import errno
     import mmap
 
-    from redist.engine.host import push
+    from redist.engine.host.push import cross_memory
 
     harness.harness_peer.argtypes = [ctypes.c_int32, ctypes.c_int32]
     harness.harness_sent.restype = ctypes.c_char_p
@@ -202,11 +202,11 @@ def test_cross_memory_calls_and_the_closing_allreduce(harness):
     refused = (False, 2, pid, _iovecs(base, 8), _iovecs(frozen.ctypes.data, 8))
     rc, sent, message = run([refused, write])
     assert rc == 6 and sent == (3, errno.EFAULT)  # REDIST_ERROR_COMMUNICATION; rank 2 + 1
-    assert message == push.refused_message(2, errno.EFAULT)
+    assert message == cross_memory.refused_message(2, errno.EFAULT)
     assert put[40:64].tolist() == src[:24].tolist(), "the call after the refused one did not run"
 
     rc, sent, message = run([write], peer=(5, errno.EPERM))  # only a peer's copy was refused
-    assert rc == 6 and sent == (0, 0) and message == push.refused_message(4, errno.EPERM)
+    assert rc == 6 and sent == (0, 0) and message == cross_memory.refused_message(4, errno.EPERM)
 
     bad_sum = (True, 0, pid, _iovecs(at, 16), _iovecs(base, 8))
     for calls, tail in (([bad_sum], reduce), ([read], [0, 0, 0, 0]),  # bytes that differ; no Allreduce after copies

@@ -1477,9 +1477,9 @@ def test_capture_into_the_users_graph_on_a_simulated_job(p, transport, signal, n
         reach[0, 2] = reach[2, 0] = False
     Gs = [global_bytes(gshape, itemsize, s) for s in (3, 5, 8)]
 
-    from redist.engine.cuda import executable
+    from redist.engine.cuda import captured
 
-    monkeypatch.setattr(executable, "_DIRECT_UPDATES", [True])
+    monkeypatch.setattr(captured, "_DIRECT_UPDATES", [True])
 
     def rank(hub, r):
         rt = _Runtime(hub, r, reach[r])
@@ -1537,7 +1537,7 @@ def test_capture_into_the_users_graph_on_a_simulated_job(p, transport, signal, n
         rt.comm.allgather(None)
         assert exe.update_captured(graph, gexec) == 1
         if child:  # (the flag is per process: here the rank threads share it)
-            assert executable._DIRECT_UPDATES[0] == nested
+            assert captured._DIRECT_UPDATES[0] == nested
         drv.cuGraphLaunch(gexec, _USER)
         rt.comm.allgather(None)
         assert np.array_equal(rt.hub.read(sink, n), want[2]), "update_captured must rebind the copy"
@@ -1842,7 +1842,7 @@ def test_capture_after_release_workspace_with_layout_variants():
 def test_evicted_variant_with_copies_on_one_rank_is_released_everywhere():
     """A layout variant evicted while rank 1 still holds a copy of it: retired on both ranks, pending
     only where a copy was recorded and not released."""
-    from redist.engine.cuda.executable import LAYOUTS
+    from redist.engine.cuda.layouts import LAYOUTS
 
     p, gshape, itemsize = 2, (6, 8, 4), 4
     ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Push's direct copies (engine/host/push.py, cross-memory attach): how a send's runs become the
+"""Push's direct copies (engine/host/push/cross_memory.py, cross-memory attach): how a send's runs become the
 iovec lists of ``process_vm_writev`` (or ``process_vm_readv``) calls, and who copies. No MPI: the
 lists are checked against the runs they came from; the copies themselves run in tests/mpi
 (bad-input case ``push_direct_stores_into_out``)."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from redist.engine.host import push
+from redist.engine.host.push import cross_memory, tuning
 
 
 def _bytes(field, offsets, lengths):
@@ -43,12 +43,12 @@ def test_calls_cover_the_runs_in_order(case, iov_max, call_bytes):
     2 GiB - 4 KiB in one) and the same bytes on both; together the calls move every run's bytes,
     in order, to where the run says."""
     field, src, dst, length = case
-    saved = push.IOV_MAX, push.CALL_BYTES
-    push.IOV_MAX, push.CALL_BYTES = iov_max, call_bytes
+    saved = cross_memory.IOV_MAX, cross_memory.CALL_BYTES
+    cross_memory.IOV_MAX, cross_memory.CALL_BYTES = iov_max, call_bytes
     try:
-        store = push._DirectCopy(field, src, dst, length)
+        store = cross_memory._DirectCopy(field, src, dst, length)
     finally:
-        push.IOV_MAX, push.CALL_BYTES = saved
+        cross_memory.IOV_MAX, cross_memory.CALL_BYTES = saved
     local = list(zip(store._lfield, store._mine, store._local[:, 1]))
     remote = list(zip(store._rfield, store._theirs, store._remote[:, 1]))
     assert sum(c[4] for c in store._chunks) == int(length.sum())
@@ -65,7 +65,7 @@ def test_each_side_merges_its_own_stretches():
     length = np.full(6, 8, np.uint64)
     src = np.arange(6, dtype=np.uint64) * 16  # a gap of 8 bytes after every run
     dst = np.arange(6, dtype=np.uint64) * 8
-    store = push._DirectCopy(np.zeros(6, np.intp), src, dst, length)
+    store = cross_memory._DirectCopy(np.zeros(6, np.intp), src, dst, length)
     assert len(store._local) == 6 and len(store._remote) == 1 and store._remote[0, 1] == 48
     assert store._chunks == [(0, 6, 0, 1, 48)]
 
@@ -73,13 +73,13 @@ def test_each_side_merges_its_own_stretches():
 def test_fit_needs_long_stretches_on_both_sides(monkeypatch):
     """Short stretches on either side (a pin per remote iovec; an iovec per element of a permuted or
     negative-stride operand) make the direct copies not worth it."""
-    monkeypatch.setattr(push, "DIRECT_MIN_RUN", 64)
+    monkeypatch.setattr(tuning, "DIRECT_MIN_RUN", 64)
     gaps, dense, runs = np.arange(4, dtype=np.uint64) * 64, np.arange(4, dtype=np.uint64) * 32, np.full(4, 32, np.uint64)
     fields = np.zeros(4, np.intp)
-    assert push._who_copies([(fields, dense, dense, runs)])[0]
-    assert not push._who_copies([(fields, gaps, dense, runs)])[0]  # short in the operand
-    assert not push._who_copies([(fields, dense, gaps, runs)])[0]  # short in the destination
-    assert not push._who_copies([(fields, dense, dense, runs), (fields, gaps, dense, runs)])[0]  # one send is enough
+    assert cross_memory._who_copies([(fields, dense, dense, runs)])[0]
+    assert not cross_memory._who_copies([(fields, gaps, dense, runs)])[0]  # short in the operand
+    assert not cross_memory._who_copies([(fields, dense, gaps, runs)])[0]  # short in the destination
+    assert not cross_memory._who_copies([(fields, dense, dense, runs), (fields, gaps, dense, runs)])[0]  # one send is enough
 
 
 def test_the_receiver_reads_where_the_destination_has_more_stretches():
@@ -87,7 +87,7 @@ def test_the_receiver_reads_where_the_destination_has_more_stretches():
     one -- the destination's for a store, the operand's for a read."""
     fields, runs = np.zeros(4, np.intp), np.full(4, 8, np.uint64)
     dense, gaps = np.arange(4, dtype=np.uint64) * 8, np.arange(4, dtype=np.uint64) * 16
-    fit, read = push._who_copies([(fields, gaps, dense, runs), (fields, dense, gaps, runs), (fields, dense, dense, runs)])
+    fit, read = cross_memory._who_copies([(fields, gaps, dense, runs), (fields, dense, gaps, runs), (fields, dense, dense, runs)])
     assert read == [False, True, False]  # short in the operand: store; short in the destination: read; even: store
 
 
@@ -95,11 +95,11 @@ def test_the_receiver_reads_where_the_destination_has_more_stretches():
 def test_direct_read_overrides_the_rule(monkeypatch, forced):
     """``DIRECT_READ`` (the benchmarks' knob) makes every pair read, or every pair store, whatever the
     stretches; whether direct copies are worth it is still the stretch rule's call."""
-    monkeypatch.setattr(push, "DIRECT_READ", forced)
-    monkeypatch.setattr(push, "DIRECT_MIN_RUN", 8)
+    monkeypatch.setattr(tuning, "DIRECT_READ", forced)
+    monkeypatch.setattr(tuning, "DIRECT_MIN_RUN", 8)
     fields, runs = np.zeros(4, np.intp), np.full(4, 8, np.uint64)
     dense, gaps = np.arange(4, dtype=np.uint64) * 8, np.arange(4, dtype=np.uint64) * 16
-    fit, read = push._who_copies([(fields, gaps, dense, runs), (fields, dense, gaps, runs), (fields, dense, dense, runs)])
+    fit, read = cross_memory._who_copies([(fields, gaps, dense, runs), (fields, dense, gaps, runs), (fields, dense, dense, runs)])
     assert fit and read == [forced] * 3
-    monkeypatch.setattr(push, "DIRECT_MIN_RUN", 64)
-    assert not push._who_copies([(fields, gaps, dense, runs)])[0]
+    monkeypatch.setattr(tuning, "DIRECT_MIN_RUN", 64)
+    assert not cross_memory._who_copies([(fields, gaps, dense, runs)])[0]

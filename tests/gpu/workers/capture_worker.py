@@ -147,9 +147,9 @@ def run_torch(fails: Fails):
         case(f"replay {mode}", lambda mode=mode: replayed(mode, "auto"))
     case("replay put", lambda: replayed("global", "put"))
     if rank == 0:
-        from redist.engine.cuda import executable
+        from redist.engine.cuda import captured
 
-        log(f"update_captured rewrites kernel nodes inside the child graph: {executable._DIRECT_UPDATES[0]}")
+        log(f"update_captured rewrites kernel nodes inside the child graph: {captured._DIRECT_UPDATES[0]}")
 
     def refused():
         """Each refusal raises on every rank before anything is enqueued: torch ends the capture
