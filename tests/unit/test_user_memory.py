@@ -327,3 +327,24 @@ def test_fused_fields_into_private_strided_outputs(transport, monkeypatch):
         assert not rt.memory_api.mapped
 
     _run_threads(p, rank)
+
+
+def test_registry_starts_again_when_full(monkeypatch):
+    """More outputs than the registry holds: it starts again on every rank alike, data stay right."""
+    from redist.engine.cuda.user_memory import Outputs
+
+    monkeypatch.setattr(Outputs, "REGISTRY", 3)
+
+    def body(rt, exe, r, plan, ops, check):
+        xs = [rt.dev_alloc(exe.result_bytes) for _ in range(5)]
+        for it in range(12):
+            x = xs[(it * 2) % 5]
+            exe.rebind_input(ops[it % 2])
+            exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+            exe.execute(0)
+            check(x, it % 2, f"call {it}")
+            assert max(len(reg) for reg in exe._outputs._reg) <= 3
+        exe.free()
+        assert not rt.memory_api.mapped
+
+    _job(3, (9, 10, 6), 8, body)
