@@ -180,8 +180,8 @@ for s in "$@"; do
     done ;;
   torch)
     step "redist.torch (#45): GPU tests P=1 (and P=2 on two GPUs), 2 ranks sharing a GPU, the reduce-overhead bench P=1"
-    timeout ${TORCH_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch.py -k "not shared" 2>&1 | tee "$OUT/pytest_torch_gpu.txt" | tail -8
-    REDIST_SHARED_GPU=1 timeout ${TORCH_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_torch_gpu.txt" | tail -8
+    timeout ${TORCH_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_torch_gpu.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout ${TORCH_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_torch_gpu.txt" | tail -8
     timeout 300 $MPI -n 1 python3 perf/bench_torch_gpu.py --n 64 128 256 --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | tail -6 ;;
   *) echo "unknown step $s" ;;
   esac

@@ -10,7 +10,7 @@ compile: torch.compile(fullgraph=True) of a forward + backward step, torch._dyna
 zero graph breaks, the same values and gradients as eager, the plan cache hit on later steps.
 bad: one rank wrong at a time; every rank raises the same redist error (the caller's timeout is
 the watchdog), and the next good call works. ``--gpu``: the tensors on this rank's GPU
-(tests/gpu/test_torch.py); compile then uses mode="reduce-overhead" (CUDA graphs) with inductor.
+(tests/gpu/test_torch_gpu.py); compile then uses mode="reduce-overhead" (CUDA graphs) with inductor.
 """
 
 from __future__ import annotations
