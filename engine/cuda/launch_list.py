@@ -202,7 +202,6 @@ class LaunchList:
     transport: str = "auto"
     signal: str = "barrier"
     field_offsets: tuple[int, ...] = (0,)  # where each field's result starts in the result allocation
-    push_from: tuple[int, ...] = ()  # peers that store into this rank's output directly
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -513,7 +512,6 @@ def build_launch_list(
         steps=tuple(steps),
         push_to=tuple(push_to),
         put_to=tuple(put_to),
-        push_from=tuple(t.src for t in plan.recvs if push[t.src, r]),
         put_from=tuple(put_from),
         any_push=any_push,
         any_put=any_put,
@@ -527,12 +525,9 @@ def build_launch_list(
 
 
 def table_rows(
-    step: KernelStep, *, output: Callable[[int], int], send: int = 0, recv: int = 0,
-    slot: Callable[[int, int], int] | None = None,
+    step: KernelStep, *, output: Callable[[int], int], send: int = 0, recv: int = 0
 ) -> list[dict[str, Any]]:
-    """Segment-table rows with real addresses: ``output(rank)`` = that rank's result as mapped here;
-    ``slot(field, rank)`` = the Bases output slot of that field's output on that rank (default: the
-    field: one out= offset for every rank)."""
+    """Segment-table rows with real addresses: ``output(rank)`` = that rank's result as mapped here."""
     rows, b0 = [], 0
     for seg, nb in zip(step.segments, step.blocks):
         src_rel = seg.src_space == "input"
@@ -557,7 +552,6 @@ def table_rows(
                 peer=kernels.NO_PEER if seg.role == "local" else seg.peer,
                 tile_a=seg.tile_a,
                 field=seg.field,
-                slot=seg.field if slot is None or seg.dst_space != "output" else slot(seg.field, seg.dst_rank),
             )
         )
         b0 += nb
