@@ -35,7 +35,11 @@ NEEDS_TORCH = {"fno_layer.py"}
 
 
 #: examples with a test module of their own
-ELSEWHERE = {"fft3d.py": "test_spectral.py", "taylor_green.py": "test_spectral.py"}
+ELSEWHERE = {
+    "fft3d.py": "test_spectral.py",
+    "taylor_green.py": "test_spectral.py",
+    "jax_spectral.py": "test_spectral.py",
+}
 
 
 def test_every_example_is_run():
