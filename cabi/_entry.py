@@ -19,6 +19,8 @@ import os
 import sys
 import traceback
 
+from . import _options as _c_options
+
 _ffi = None
 _lib = None
 # bound by install() (after mpi4py's start-up settings): no import statements on hot paths
@@ -310,84 +312,6 @@ def _free_symmetric_memory(ptr):
     return 0
 
 
-_TRANSPORTS = ("auto", "push", "put")
-_HOST_METHODS = ("auto", "hybrid", "datatype", "pack", "alltoallw", "push")
-_SIGNALS = ("epoch", "barrier")  # redist_signal_t order
-_TUNES = ("estimate", "measure", "wisdom")  # redist_tune_t order
-#: the first field of redist_options_t that each version added (version 1: struct_size .. signal); a new
-#: version appends its fields and a line here
-_ADDED = {2: "result_ndim", 3: "global_shape", 4: "tune"}
-_OPTIONS_VERSION = max(_ADDED)
-
-
-def _options_size(version: int) -> int:
-    """sizeof(redist_options_t) in a program built against ``version`` of redist.h."""
-    if version == _OPTIONS_VERSION:
-        return _ffi.sizeof("redist_options_t")
-    align = _ffi.alignof("redist_options_t")
-    return -(-_ffi.offsetof("redist_options_t", _ADDED[version + 1]) // align) * align
-
-
-def _has(ptr, field: str) -> bool:
-    """Whether ``ptr``'s version of the struct has ``field`` (never read past an older struct)."""
-    added = max((v for v, first in _ADDED.items()
-                 if _ffi.offsetof("redist_options_t", first) <= _ffi.offsetof("redist_options_t", field)), default=1)
-    return int(ptr.version) >= added
-
-
-def _options(ptr, order: int) -> dict:
-    """The Redistribute options of redist_create (``order``) or redist_create_ex (``ptr``)."""
-    if order >= 0:  # redist_create: only the order
-        if order not in (0, 1):
-            raise ValueError(f"order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {order}")
-        return {"result_layout": "CF"[order]}
-    if not ptr:
-        return {"result_layout": "C"}
-    size = int(ptr.struct_size)
-    version = int(ptr.version)
-    if not 1 <= version <= _OPTIONS_VERSION:
-        raise ValueError(f"options->version is {version}; this library knows versions 1 to {_OPTIONS_VERSION} "
-                         "(initialize the options with redist_options_init())")
-    if size != _options_size(version):
-        raise ValueError(f"options->struct_size is {size}, but redist_options_t version {version} has "
-                         f"{_options_size(version)} bytes: initialize the options with redist_options_init()")
-    if ptr.order not in (0, 1):
-        raise ValueError(f"options->order must be REDIST_ORDER_C (0) or REDIST_ORDER_F (1), got {ptr.order}")
-    if not 0 <= ptr.transport < len(_TRANSPORTS):
-        raise ValueError(f"options->transport must be a redist_transport_t (0..2), got {ptr.transport}")
-    if not 0 <= ptr.host_method < len(_HOST_METHODS):
-        raise ValueError(f"options->host_method must be a redist_host_method_t (0..5), got {ptr.host_method}")
-    if ptr.blocking not in (0, 1):
-        raise ValueError(f"options->blocking must be 0 or 1, got {ptr.blocking}")
-    if not 0 <= ptr.signal < len(_SIGNALS):
-        raise ValueError(f"options->signal must be a redist_signal_t (0..1), got {ptr.signal}")
-    layout: str | tuple[int, ...] = "CF"[ptr.order]
-    if _has(ptr, "result_ndim") and ptr.result_ndim != 0:
-        n = int(ptr.result_ndim)
-        if not 0 < n <= 16:
-            raise ValueError(f"options->result_ndim must be 0 or 1..REDIST_MAX_NDIM (16), got {n}"
-                             + (" (redist_options_result_order_f sets -1 for an empty or over-long axis list)"
-                                if n == -1 else ""))
-        layout = tuple(int(ptr.result_order[i]) for i in range(n))
-        if sorted(layout) != list(range(n)):
-            raise ValueError(f"options->result_order {list(layout)} is not a permutation of the axes 0..{n - 1}")
-    overlap = int(ptr.allow_overlap) if _has(ptr, "allow_overlap") else 0
-    if overlap not in (0, 1):
-        raise ValueError(f"options->allow_overlap must be 0 or 1, got {overlap}")
-    tune, budget = (int(ptr.tune), float(ptr.tune_budget)) if _has(ptr, "tune") else (0, 0.0)  # never read past older structs
-    if not 0 <= tune < len(_TUNES):
-        raise ValueError(f"options->tune must be a redist_tune_t (0..2), got {tune}")
-    if not (budget == 0 or budget > 0):  # NaN too
-        raise ValueError(f"options->tune_budget must be 0 (the default) or seconds > 0, got {budget}")
-    tune_out = int(ptr.tune_out) if _has(ptr, "tune_out") else 0
-    if tune_out not in (0, 1):
-        raise ValueError(f"options->tune_out must be 0 or 1, got {tune_out}")
-    return {"result_layout": layout, "allow_overlap": bool(overlap), "transport": _TRANSPORTS[ptr.transport],
-            "host_method": _HOST_METHODS[ptr.host_method], "blocking": True if ptr.blocking else "auto",
-            "signal": _SIGNALS[ptr.signal], "tune": _TUNES[tune], "tune_budget": budget or 10.0,
-            "tune_out": bool(tune_out)}
-
-
 def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, out_upper, element_sizes, order,
             memory, operands, options_p, fields=False):
     """redist_create, redist_create_ex (``fields`` False: one array, ``nfields`` 1) and
@@ -411,9 +335,9 @@ def _create(handle_p, nfields, ndim, in_lower, in_upper, in_strides, out_lower, 
         olo, ohi = _unpack(out_lower, ndim, "out_lower"), _unpack(out_upper, ndim, "out_upper")
         strides = _unpack(in_strides, nfields * ndim, "in_strides") if in_strides else None
         sizes = _unpack(element_sizes, nfields, "element_sizes")
-        opts = _options(options_p, order)
+        opts = _c_options.decode(_ffi, options_p, order)
         gshape = (_unpack(options_p.global_shape, ndim, "options->global_shape")
-                  if order < 0 and options_p and _has(options_p, "global_shape") and options_p.global_shape else None)
+                  if order < 0 and options_p and _c_options.has(_ffi, options_p, "global_shape") and options_p.global_shape else None)
         if memory not in (0, 1):
             raise ValueError(f"memory must be REDIST_MEMORY_HOST (0) or REDIST_MEMORY_DEVICE (1), got {memory}")
         shape = tuple(h - l for l, h in zip(lo, hi))
