@@ -20,7 +20,8 @@ import argparse
 import math
 import sys
 
-import torch
+# the [torch] extra (CI's wheel check type-checks the examples without torch)
+import torch  # pyright: ignore[reportMissingImports]
 from mpi4py import MPI
 
 import redist
@@ -90,7 +91,9 @@ def main() -> int:
     redist.initialize(device_id=None if args.gpu else "cpu")
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    device = torch.device("cuda", redist.get_context().device_id) if args.gpu else torch.device("cpu")
+    ctx = redist.get_context()
+    assert ctx is not None  # after redist.initialize()
+    device = torch.device("cuda", ctx.device_id) if args.gpu else torch.device("cpu")
     box = Slab.X.box(rank, shape)
     mine = tuple(slice(lo, hi) for lo, hi in zip(box.lower, box.upper))
     x, target = global_field(shape, 1)[mine].to(device), global_field(shape, 2)[mine].to(device)

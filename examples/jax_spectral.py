@@ -81,7 +81,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     redist.initialize()
-    pg = redist.get_context().process_group
+    ctx = redist.get_context()
+    assert ctx is not None  # after redist.initialize()
+    pg = ctx.process_group
     rank, nranks, n = pg.rank, pg.nranks, args.n
     xbox = Slab.X.box(rank, (n, n, n), nranks=nranks)
     mine = tuple(slice(lo, hi) for lo, hi in zip(xbox.lower, xbox.upper))
@@ -101,6 +103,7 @@ def main(argv=None) -> int:
     out = advance(u)
     grad = jax.jit(jax.grad(lambda v: jnp.sum(w * advance(v) ** 2)))(u)
     comm = pg.mpi_comm
+    assert comm is not None  # redist.initialize()'s default group is MPI's
     energy = comm.allreduce(float(jnp.sum(out**2)))
     gnorm = comm.allreduce(float(jnp.sum(grad**2))) ** 0.5
     if rank == 0:
@@ -110,6 +113,7 @@ def main(argv=None) -> int:
     if args.check:
         outs = comm.gather((xbox.lower[0], np.asarray(out), np.asarray(grad)), root=0)
         if rank == 0:
+            assert outs is not None  # the root's gather
             got_out = np.concatenate([o for _, o, _ in sorted(outs, key=lambda t: t[0])])
             got_grad = np.concatenate([g for _, _, g in sorted(outs, key=lambda t: t[0])])
             want_out, want_grad = reference(u_full, w_full, args.steps, args.nu, args.dt)

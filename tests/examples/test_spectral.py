@@ -226,7 +226,9 @@ def test_jax_spectral():
     for nprocs in (1, 3):
         out = example(nprocs, "jax_spectral.py", "--n", "10", "--steps", "2", "--check", timeout=240)
         assert "matches one process" in out, out
-        lines.append(re.search(r"energy \S+, \|grad\| \S+", out).group(0))
+        figures = re.search(r"energy \S+, \|grad\| \S+", out)
+        assert figures is not None, out
+        lines.append(figures.group(0))
     e1, g1 = (float(v) for v in re.findall(r"[-+0-9.e]+(?=,|$)", lines[0].replace("|grad| ", "")))
     e3, g3 = (float(v) for v in re.findall(r"[-+0-9.e]+(?=,|$)", lines[1].replace("|grad| ", "")))
     assert math.isclose(e1, e3, rel_tol=1e-12) and math.isclose(g1, g3, rel_tol=1e-10), lines
