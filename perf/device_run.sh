@@ -34,8 +34,8 @@ for s in "$@"; do
       tests/unit/test_user_memory.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15 ;;
   user-memory)
     step "#44 out= in ordinary device memory: P=1, then ${UM_K:-P2 or P3 or P4} ranks sharing the GPU"
-    timeout ${UM_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_user_memory.py -k "not shared" 2>&1 | tee "$OUT/pytest_user_memory.txt" | tail -8
-    REDIST_SHARED_GPU=1 timeout ${UM_SHARED_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_user_memory.py \
+    timeout ${UM_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_user_memory_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_user_memory.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout ${UM_SHARED_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_user_memory_gpu.py \
       -k "shared and (${UM_K:-P2 or P3 or P4})" 2>&1 | tee -a "$OUT/pytest_user_memory.txt" | tail -8 ;;
   bench-user)
     step "#44 out= in user memory vs the engine-owned result: P=1, then 4 ranks sharing the GPU"

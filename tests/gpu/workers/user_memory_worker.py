@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """GPU out= in ordinary device memory (issue #44): ``mpiexec -n P python user_memory_worker.py MODE``.
 
-Modes (tests/gpu/test_user_memory.py):
+Modes (tests/gpu/test_user_memory_gpu.py):
 
 * ``allocators``: execute(out=X) bit-exact for X from torch's caching allocator, cupy's default
   pool, cudaMalloc and cudaMallocAsync (its default pool: not IPC capable, the landing route), a
