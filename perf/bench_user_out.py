@@ -48,7 +48,7 @@ def main() -> None:
         shape = (n, n, n)
         xs = Slab.X.shape(rank, shape)
         a = torch.randn(xs, dtype=torch.complex64, device="cuda")
-        with Redistribute(a, Slab.X, Slab.Y, options={"blocking": False}) as r:
+        with Redistribute(a, Slab.X, Slab.Y) as r:  # blocking="auto" (default): GPU calls return at launch
             r.plan()
             res = r.execute(stream=tstream)
             t = torch.empty(res.shape, dtype=torch.complex64, device="cuda")

@@ -348,3 +348,141 @@ def test_registry_starts_again_when_full(monkeypatch):
         assert not rt.memory_api.mapped
 
     _job(3, (9, 10, 6), 8, body)
+
+
+@pytest.mark.parametrize(
+    ("p", "transport", "landing"),
+    [(1, "push", False), (2, "push", False), (2, "push", True), (3, "push", True), (3, "put", False)],
+)
+def test_captured_step_into_private_output_replayed(p, transport, landing):
+    """The GPU worker's captured step (tests/gpu/workers/user_memory_worker.py, mode capture):
+    ``a += 1; execute(out=x); acc += x`` in the user's capture, replayed, float64 data with
+    fractional parts. The expected values are those of the same float operations on the host
+    (``a + 1`` repeated is not ``a + n``: rounded again each time a value crosses a power of two; a
+    sum of 1,000 such terms is not its closed form), the check the worker got wrong."""
+    from helpers import global_values
+
+    gshape, replays = (12, 10, 6), 40
+    G = global_values(gshape, np.float64) + 1000.0  # crosses 1024 and 2048 within a few replays
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        plan = make_plan(r, ib, ob, itemsize=8)
+        exe = _lower(rt, plan, transport=transport)
+        exe.graphs = False
+        drv = rt.driver
+        sub = lambda box: np.ascontiguousarray(G[tuple(slice(lo, hi) for lo, hi in zip(*box))])  # noqa: E731
+        a_h, want = sub(ib[r]), sub(ob[r])
+        a = rt.dev_alloc(max(a_h.nbytes, 8))
+        rt.hub.write(a, a_h.view(np.uint8))
+        x = rt.dev_alloc(exe.result_bytes)
+        acc = rt.dev_alloc(exe.result_bytes)
+        rt.hub.write(acc, np.zeros(want.size, np.float64).view(np.uint8))
+        if landing and r == 1:
+            rt.memory_api.private.add(x)  # not exportable: peers store into the result, rank 1 copies it
+        exe.rebind_input(a)
+        exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+        exe.execute(0)  # the first use, outside the capture: maps x on the ranks storing into it
+        rt.comm.allgather(None)
+
+        def read(ptr, n):
+            return rt.hub.read(ptr, 8 * n).view(np.float64).copy()
+
+        def add_one():  # the user's producer, a.add_(1.0)
+            rt.hub.write(a, (read(a, a_h.size) + 1.0).view(np.uint8))
+
+        def accumulate():  # the user's consumer, acc.add_(x)
+            rt.hub.write(acc, (read(acc, want.size) + read(x, want.size)).view(np.uint8))
+
+        stream = 99
+        drv.begin_capture(stream)
+        drv.op(stream, add_one)
+        exe.execute(stream)
+        drv.op(stream, accumulate)
+        g_exec = drv.instantiate(drv.end_capture(stream))
+        sim_x, sim_acc = want.copy(), np.zeros_like(want)
+        for k in range(1, replays + 1):
+            assert drv.cuGraphLaunch(g_exec, 0) == 0
+            sim_x += 1.0
+            sim_acc += sim_x
+            if k in (1, 2, replays):
+                rt.comm.allgather(None)  # every rank's replay k done
+                got_x, got_acc = read(x, want.size), read(acc, want.size)
+                ok = np.array_equal(got_x, sim_x.reshape(-1)) and np.array_equal(got_acc, sim_acc.reshape(-1))
+                assert all(rt.comm.allgather(ok)), (r, k, exe.describe())
+                rt.comm.allgather(None)
+        if r == 0 and want.size:  # the worker's old closed forms are not what float64 gives
+            assert not np.array_equal(sim_x, want + replays) or not np.array_equal(
+                sim_acc, replays * want + replays * (replays + 1) / 2
+            )
+        if landing:  # (put: nobody stores into another rank's out=, the unpack writes it)
+            assert "rank 1 field 0: private" in exe.describe() and "-> landing" in exe.describe()
+        exe.release_captured()
+        exe.free()
+
+    _run_threads(p, rank)
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_bad_input_sequence_leaves_nothing_behind(p):
+    """The GPU worker's bad-input sequence (mode bad), as the executable sees it (a refused call
+    binds every out= back to the result, as Redistribute does): a call refused on the last rank
+    while the others bound a new private out=, a private out= used, freed and reallocated at its
+    address, freed for good (refused), a new allocation inside a capture (refused, the capture
+    stays valid); then the engine-owned result and a private out= must be right."""
+
+    def body(rt, exe, r, plan, ops, check):
+        last, nbytes, drv = p - 1, exe.result_bytes, rt.driver
+
+        def refused(cls, match, **kw):
+            with pytest.raises(cls, match=match):
+                exe.execute(**kw)
+            exe.bind_output(None)  # Redistribute._unbind_outs
+
+        exe.rebind_input(ops[0])
+        exe.execute(0)
+        check(exe.result_ptr, 0, "result")
+        before = rt.hub.read(exe.result_ptr, nbytes)
+        exe.bind_output(_device_buffer(rt.dev_alloc(nbytes), plan.out_shape, 8))  # bound, never routed
+        refused(
+            InvalidValueError,
+            f"rank {last}: planted",
+            stream=0,
+            problem=("InvalidValueError", "planted") if r == last else None,
+        )
+        x = rt.dev_alloc(nbytes)
+        exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+        exe.execute(0)
+        check(x, 0, "private out=")
+        rt.comm.allgather(None)
+        if r == last:  # freed, another allocation at its address
+            rt.hub.remove(x)
+            rt.hub.add(x, nbytes)
+        exe.rebind_input(ops[1])
+        exe.bind_output(_device_buffer(x, plan.out_shape, 8))
+        exe.execute(0)
+        check(x, 1, "reallocated")
+        rt.comm.allgather(None)
+        if r == last:  # freed for good
+            rt.hub.remove(x)
+        refused(InvalidValueError, f"rank {last}: out= .*no longer device memory", stream=0)
+        assert np.array_equal(rt.hub.read(exe.result_ptr, nbytes), before), "a refused call wrote the result"
+        z = rt.dev_alloc(nbytes)  # a new allocation inside a capture
+        exe.bind_output(_device_buffer(z, plan.out_shape, 8))
+        drv.begin_capture(5)
+        refused(InvalidStateError, "inside a CUDA graph capture with an out= in memory", stream=5)
+        assert drv.capture_status(5) == 1, "the capture was invalidated"
+        drv.end_capture(5, discard=True)
+        exe.execute(0)
+        check(exe.result_ptr, 1, "the result after the refusals")
+        y = rt.dev_alloc(nbytes)
+        exe.rebind_input(ops[0])
+        exe.bind_output(_device_buffer(y, plan.out_shape, 8))
+        exe.execute(0)
+        check(y, 0, "a new private out= after the refusals")
+        exe.bind_output(None)
+        exe.execute(0)
+        exe.free()
+
+    _job(p, (12, 10, 6), 8, body)

@@ -8,7 +8,8 @@ Modes (tests/gpu/test_user_memory_gpu.py):
   symmetric out= on rank 0 beside private ones elsewhere, strided (the interior of a ghosted torch
   tensor), permuted (result_layout) and several fields; each checked over many calls;
 * ``capture``: a step captured by torch (operand += 1, execute(out=torch tensor), acc += out)
-  replayed 1,000 times: acc checks every replay; the same for the cudaMallocAsync (landing) out=;
+  replayed USER_MEMORY_REPLAYS (1,000) times, checked after replays 1, 2 and the last against the
+  same float64 operations on the host; the same for the cudaMallocAsync (landing) out=;
 * ``bad``: one rank wrong: a host array as out=, out= overlapping the operand, a read-only out=
   (raw pointers, as from C), a cudaMalloc'd out=
   freed and another allocated (at the same address when CUDA gives it) between calls (must be
@@ -88,6 +89,20 @@ def raw_array(ptr: int, shape, dtype=np.float64):
     return cp.ndarray(tuple(shape), dtype, cp.cuda.MemoryPointer(mem, 0))
 
 
+def diff(got, want) -> str:
+    """Where ``got`` differs from ``want``, for a failure message: how many elements, the first
+    one (index, got, want, got - want); "" when equal."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return f" (shape {got.shape}, expected {want.shape})"
+    bad = np.argwhere(got != want)
+    if not len(bad):
+        return ""
+    i = tuple(int(v) for v in bad[0])
+    g, w = got[i].item(), want[i].item()
+    return f" ({len(bad)} of {got.size} elements differ; first at {i}: got {g!r}, expected {w!r}, difference {g - w!r})"
+
+
 def torch_host(t) -> np.ndarray:
     import torch
 
@@ -135,8 +150,8 @@ def run_allocators(report: Report) -> None:
                 r.reset_operand_unchecked(ta if k % 2 else ta2)
                 got = r.execute(out=x)
                 if k in (0, 1, CALLS - 1):
-                    ok = got is x and np.array_equal(torch_host(x), want if k % 2 else want2)
-                    report.check(ok, f"{name}: call {k} wrong")
+                    h, w = torch_host(x), want if k % 2 else want2
+                    report.check(got is x and np.array_equal(h, w), f"{name}: call {k} wrong{diff(h, w)}")
             if name == "torch-strided":
                 h = torch_host(ghost)
                 report.check(int((h == -1.0).sum()) == h.size - x.numel(), f"{name}: ghost cells written")
@@ -161,10 +176,8 @@ def run_allocators(report: Report) -> None:
                 r.reset_operand_unchecked(ca if k % 2 else ca2)
                 r.execute(out=x)
                 if k in (0, 1, CALLS - 1):
-                    report.check(
-                        np.array_equal(cupy_host(ptr, want.shape), want if k % 2 else want2),
-                        f"{name}: call {k} wrong",
-                    )
+                    h, w = cupy_host(ptr, want.shape), want if k % 2 else want2
+                    report.check(np.array_equal(h, w), f"{name}: call {k} wrong{diff(h, w)}")
             if rank == 0:
                 print(f"{name}: {r._exe._outputs.text[:200]}", flush=True)
             r.execute()  # unbind x before it goes
@@ -192,11 +205,20 @@ def run_allocators(report: Report) -> None:
 
 
 def run_capture(report: Report) -> None:
+    """The captured step ``a += 1; execute(out=x); acc += x`` replayed REPLAYS times, checked after
+    replays 1, 2 and REPLAYS against the same float64 operations done on the host: the values have
+    fractional parts, so ``a + 1`` repeated is not ``a + n`` (rounded again each time a value
+    crosses a power of two), nor is the sum of the replays its closed form (what this check first compared
+    with, failing on a correct result). A failure prints the evidence: the first element that
+    differs, whether out= holds the values of the replay before (a stale or missing replay), those
+    before any replay (the recorded exchange never wrote it), whether the operand and the
+    engine-owned result are right, and the routes (describe())."""
     import torch
     from redist import Redistribute, Slab
 
     start()
     a_h, want = problem()
+    marks = sorted({k for k in (1, 2, REPLAYS) if k >= 1})
     for name in ("torch", "cudaMallocAsync"):
         a = torch.from_numpy(a_h).cuda()
         with Redistribute(a, Slab.X, Slab.Y) as r:
@@ -214,21 +236,71 @@ def run_capture(report: Report) -> None:
             with torch.cuda.stream(s):
                 r.execute(out=x, stream=s)  # first use outside the capture: maps it (collective)
             torch.cuda.synchronize()
+            h = torch_host(x)
+            report.check(
+                np.array_equal(h, want),
+                f"{name}: the eager execute(out=) before the capture is wrong{diff(h, want)}",
+            )
+            routes = r._exe._outputs.text or "every output is the engine-owned result"
+            if rank == 0:
+                where = (
+                    ""
+                    if free is None
+                    else f" (torch's view is the cudaMallocAsync memory itself: {x.data_ptr() == ptr})"
+                )
+                print(f"capture {name}: routes: {routes[:400]}{where}", flush=True)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, stream=s):
                 a.add_(1.0)
                 r.execute(out=x, stream=s)
                 acc.add_(xr)
             torch.cuda.synchronize()
-            for _ in range(REPLAYS):
-                g.replay()
-            torch.cuda.synchronize()
-            n = REPLAYS
-            report.check(np.array_equal(torch_host(x), want + n), f"{name}: out= after {n} replays wrong")
-            report.check(
-                np.array_equal(torch_host(acc), n * want + n * (n + 1) / 2),
-                f"{name}: the sum over {n} replays is wrong (a stale or partial replay)",
-            )
+            if rank == 0:
+                print(
+                    f"capture {name}: {r._exe.captured_copies()} copy(ies) recorded; "
+                    f"{'flat (kernel nodes)' if r._exe._flat else 'child graph'}",
+                    flush=True,
+                )
+            # the replays' float64 operations, done on the host
+            a_sim, x_sim, acc_sim = a_h.copy(), want.copy(), np.zeros_like(want)
+            done, failed = 0, False
+            for k in marks:
+                x_prev = x_sim.copy()
+                while done < k:
+                    g.replay()
+                    done += 1
+                    a_sim += 1.0
+                    x_sim += 1.0
+                    acc_sim += x_sim
+                torch.cuda.synchronize()
+                hx, hacc, ha = torch_host(x), torch_host(acc), torch_host(a)
+                ok_x = report.check(
+                    np.array_equal(hx, x_sim), f"{name}: out= after {k} replay(s) wrong{diff(hx, x_sim)}"
+                )
+                ok_acc = report.check(
+                    np.array_equal(hacc, acc_sim),
+                    f"{name}: the sum over {k} replay(s) is wrong (a stale or partial replay){diff(hacc, acc_sim)}",
+                )
+                ok_a = report.check(
+                    np.array_equal(ha, a_sim),
+                    f"{name}: the operand after {k} replay(s) is wrong "
+                    f"(the captured a += 1){diff(ha, a_sim)}",
+                )
+                if not (ok_x and ok_acc and ok_a) and not failed:
+                    failed = True
+                    try:
+                        hres = torch_host(r._result)
+                    except Exception as e:  # noqa: BLE001 -- evidence only
+                        print(f"[rank {rank}] the engine-owned result could not be read: {e}", flush=True)
+                        hres = np.full_like(want, np.nan)
+                    print(
+                        f"[rank {rank}] capture {name} after {k} replay(s): out= == the replay before: "
+                        f"{np.array_equal(hx, x_prev)}; out= == before any replay: {np.array_equal(hx, want)}; "
+                        f"engine-owned result == expected: {np.array_equal(hres, x_sim)}"
+                        f"{diff(hres, x_sim)}; out= == engine-owned result: {np.array_equal(hx, hres)}; "
+                        f"operand right: {ok_a}\n[rank {rank}] {r._exe.describe()}",
+                        flush=True,
+                    )
             del g
             r.release_captured()
             r.execute()
@@ -269,7 +341,8 @@ def run_bad(report: Report) -> None:
         # cudaMalloc'd out= freed and another allocated between calls (the same address when CUDA gives it)
         ptr, free = raw_device(want.nbytes, "malloc")
         r.execute(out=raw_array(ptr, want.shape))
-        report.check(np.array_equal(cupy_host(ptr, want.shape), want), "cudaMalloc out= wrong")
+        h = cupy_host(ptr, want.shape)
+        report.check(np.array_equal(h, want), f"cudaMalloc out= wrong{diff(h, want)}")
         cp.cuda.runtime.deviceSynchronize()
         free()
         ptr2, free2 = raw_device(want.nbytes, "malloc")
@@ -278,10 +351,11 @@ def run_bad(report: Report) -> None:
             print(
                 f"reallocated at the same address on ranks {[i for i, s in enumerate(same) if s]}", flush=True
             )
-        ca *= 2
+        ca *= 2  # exact in float64 (undone by /= 2 below)
         x2 = raw_array(ptr2, want.shape)
         r.execute(out=x2)
-        report.check(np.array_equal(cupy_host(ptr2, want.shape), want * 2), "reallocated out= wrong")
+        h = cupy_host(ptr2, want.shape)
+        report.check(np.array_equal(h, want * 2), f"reallocated out= wrong{diff(h, want * 2)}")
         # freed for good on the last rank (the object is passed again): refused on every rank
         cp.cuda.runtime.deviceSynchronize()
         if rank == last:
@@ -321,8 +395,14 @@ def run_bad(report: Report) -> None:
             )
         elif rank == 0:
             print("one GPU: the other-GPU case is not run", flush=True)
-        ca //= 2
-        report.check(np.array_equal(cp.asnumpy(r.execute()), want), "the result after the refusals")
+        ca /= 2  # exact; (//= floors: the operand's values have fractional parts, the check failed on that)
+        report.check(
+            np.array_equal(cp.asnumpy(ca), a_h), f"the operand after *= 2, /= 2{diff(cp.asnumpy(ca), a_h)}"
+        )
+        h = cp.asnumpy(r.execute())
+        report.check(np.array_equal(h, want), f"the result after the refusals{diff(h, want)}")
+        if not np.array_equal(h, want):
+            print(f"[rank {rank}] {r._exe.describe()}", flush=True)
     # raw pointers, as the C ABI passes them: a read-only out= on the last rank, then a writable one
     from redist._operands import RawArray
 
@@ -338,7 +418,10 @@ def run_bad(report: Report) -> None:
         )
         rw = RawArray(ptr, want.shape, None, 8, memory="cuda", device_id=dev, dtype=np.float64)
         r.execute(out=rw)
-        report.check(np.array_equal(cupy_host(ptr, want.shape), want), "raw cudaMalloc out= wrong")
+        h = cupy_host(ptr, want.shape)
+        report.check(np.array_equal(h, want), f"raw cudaMalloc out= wrong{diff(h, want)}")
+        if not np.array_equal(h, want):
+            print(f"[rank {rank}] {r._exe.describe()}", flush=True)
         r.execute()
         cp.cuda.runtime.deviceSynchronize()
         free()
@@ -356,7 +439,8 @@ def run_expandable(report: Report) -> None:
         x = torch.empty(want.shape, dtype=torch.float64, device="cuda")
         for k in range(CALLS):
             r.execute(out=x)
-        report.check(np.array_equal(torch_host(x), want), "expandable_segments out= wrong")
+        h = torch_host(x)
+        report.check(np.array_equal(h, want), f"expandable_segments out= wrong{diff(h, want)}")
         if rank == 0:
             print(f"expandable_segments: {r._exe._outputs.text[:200]}", flush=True)
 
