@@ -266,7 +266,8 @@ module redist
     end function redist_plan
 
     !> Collective. out = c_null_ptr: result is the engine-owned result (valid until the next
-    !> execute or free); otherwise the result is written to out and result = out.
+    !> execute or free); otherwise the result is written to out and result = out. Device memory:
+    !> out may be any memory of the process's GPU (c_loc of a CUDA Fortran device array, cudaMalloc).
     function redist_execute(handle, stream, out, result) bind(C, name="redist_execute") result(status)
       import :: redist_t, c_int32_t, c_ptr
       type(redist_t), value :: handle

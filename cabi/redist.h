@@ -284,7 +284,10 @@ redist_status_t redist_plan(redist_t handle, void *stream);
  * @param out     NULL: write the engine-owned result and return it in *result; it stays
  *                valid until the next redist_execute() or redist_free() of this handle.
  *                Non-NULL: write there instead (dense in `order`, the output box's shape;
- *                device memory: a symmetric (NVSHMEM) allocation, the same on every process).
+ *                device memory: any memory of the process's GPU -- cudaMalloc, cudaMallocAsync,
+ *                a framework's allocator; peers store into it through CUDA IPC mappings, made
+ *                on first use of an allocation and cached; memory IPC cannot export lands in
+ *                the engine-owned result first and is copied on `stream`).
  *                Host memory: processes may differ in whether they pass `out` (a process
  *                with an empty output box may pass NULL); `out` must not overlap the operand.
  * @param result  out: the result's address (`out` when given); may be NULL.
@@ -306,9 +309,9 @@ redist_status_t redist_execute(redist_t handle, void *stream, void *out, void **
  * k (the axes of redist_create's boxes; any sign: `out` is the address of the box's first
  * element, index (0, ..., 0)), e.g. the interior of an array with ghost layers: the exchange
  * writes there directly. `out_strides` NULL: dense, as redist_execute(). Strides that map two
- * elements to one address are ::REDIST_ERROR_INVALID_VALUE on every process. Device memory:
- * `out` (its address, not its lowest byte) at the same offset of a symmetric allocation on every
- * process, as for redist_execute(); a new stride pattern is lowered once (collectively) and kept.
+ * elements to one address are ::REDIST_ERROR_INVALID_VALUE on every process. Device memory: any
+ * memory of the process's GPU that peers can map (CUDA IPC: cudaMalloc), as for redist_execute();
+ * a new stride pattern is lowered once (collectively) and kept.
  */
 redist_status_t redist_execute_strided(redist_t handle, void *stream, void *out, const int64_t *out_strides,
                                        void **result);

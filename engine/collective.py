@@ -104,14 +104,19 @@ class CallCheck:
     Every rank contributes whether it failed, a *signature* of the call (what must be equal on
     every rank: an ``out=`` heap offset, flags) and an optional flag to OR; a failure or a
     differing signature anywhere raises the same error on every rank. A persistent
-    ``Allreduce_init`` is used where the MPI library has it.
+    ``Allreduce_init`` is used where the MPI library has it. With ``per_rank``, each rank also
+    contributes one non-negative value that every rank learns (:attr:`values`, in rank order: the
+    same Allreduce, one more word per rank).
     """
 
-    def __init__(self, comm: Any) -> None:
+    def __init__(self, comm: Any, per_rank: bool = False) -> None:
         self.comm: Any = comm
         self.nranks: int = comm.Get_size()
-        self._send = np.zeros(4, np.int64)
-        self._recv = np.zeros(4, np.int64)
+        self._rank = comm.Get_rank() if per_rank else 0
+        n = 4 + (self.nranks if per_rank else 0)
+        self._send = np.zeros(n, np.int64)
+        self._recv = np.zeros(n, np.int64)
+        self.values: list[int] = [0] * self.nranks  # per_rank: every rank's value of the last check
         self._req = None
         self._op = None
         if self.nranks > 1 and hasattr(comm, "Allreduce"):
@@ -123,18 +128,23 @@ class CallCheck:
             except (NotImplementedError, AttributeError, MPI.Exception):
                 self._req = None
 
-    def check(self, problem: Problem | None, signature: int = 0, flag: int = 0, what: object = None) -> int:
+    def check(self, problem: Problem | None, signature: int = 0, flag: int = 0, what: object = None,
+              value: int = 0) -> int:
         """Collective: raise everywhere if any rank failed or signatures differ; return max(flag).
 
-        ``what`` (any picklable value) describes this rank's signature in the error message.
+        ``what`` (any picklable value) describes this rank's signature in the error message;
+        ``value`` is this rank's entry of :attr:`values` (``per_rank``).
         """
         if self.nranks == 1:
             if problem is not None:
                 raise exception(problem, 0)
+            self.values[0] = value
             return flag
         sig = int(signature) & 0x3FFFFFFFFFFFFFFF
         send, recv = self._send, self._recv
         send[0], send[1], send[2], send[3] = problem is not None, sig, -sig, flag
+        if len(send) > 4:
+            send[4 + self._rank] = value
         if self._req is not None:
             self._req.Start()
             self._req.Wait()
@@ -152,6 +162,8 @@ class CallCheck:
                 f"({'out=, ' if len(set(sigs)) > 1 else ''}sync_symmetric_memory, release_workspace, whether the stream is "
                 f"capturing a CUDA graph): {shown}"
             )
+        if len(recv) > 4:
+            self.values = recv[4:].tolist()
         return int(recv[3])
 
     def free(self) -> None:

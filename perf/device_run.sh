@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune autotune nvmath permuted sizes fields
-#                                        bench-capture contract examples host pencils out-ab torch jax
+#                                        bench-capture contract examples host pencils out-ab torch jax user-memory bench-user
+#                                        um-diag
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -30,7 +31,35 @@ for s in "$@"; do
   case $s in
   tests)
     step "GPU tests P=1 + CUDA compile tests"
-    timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -x tests/gpu/test_cuda.py tests/unit/test_cuda_compile.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15 ;;
+    timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -q -p no:cacheprovider -x tests/gpu/test_cuda.py tests/unit/test_cuda_compile.py \
+      tests/unit/test_user_memory.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15 ;;
+  user-memory)
+    step "#44 out= in ordinary device memory: P=1, then ${UM_K:-P2 or P3 or P4} ranks sharing the GPU"
+    timeout ${UM_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_user_memory_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_user_memory.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout ${UM_SHARED_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_user_memory_gpu.py \
+      -k "shared and (${UM_K:-P2 or P3 or P4})" 2>&1 | tee -a "$OUT/pytest_user_memory.txt" | tail -8 ;;
+  um-diag)
+    # the #44 worker run directly (its failure evidence printed whole): capture at UM_CAPTURE_RANKS (shared beyond 1),
+    # bad input at UM_BAD_RANKS (shared), USER_MEMORY_REPLAYS replays; then bench_user_out P=1 (32^3, 256^3). At most 4.5 min after the install.
+    step "#44 diagnostics: capture at P=${UM_CAPTURE_RANKS:-1 2}, bad at P=${UM_BAD_RANKS:-3}, bench_user_out P=1"
+    export USER_MEMORY_REPLAYS=${USER_MEMORY_REPLAYS:-1000}
+    for p in ${UM_CAPTURE_RANKS:-1 2}; do
+      shared=0; [ "$p" -gt 1 ] && shared=1
+      REDIST_SHARED_GPU=$shared timeout ${UM_DIAG_TIMEOUT:-70} $MPI -n "$p" python3 tests/gpu/workers/user_memory_worker.py capture \
+        > "$OUT/um_capture_p$p.txt" 2>&1; echo "capture P=$p rc=$?" | tee -a "$OUT/steps.txt"; tail -40 "$OUT/um_capture_p$p.txt"
+    done
+    for p in ${UM_BAD_RANKS:-3}; do
+      REDIST_SHARED_GPU=1 timeout ${UM_DIAG_TIMEOUT:-70} $MPI -n "$p" python3 tests/gpu/workers/user_memory_worker.py bad \
+        > "$OUT/um_bad_p$p.txt" 2>&1; echo "bad P=$p rc=$?" | tee -a "$OUT/steps.txt"; tail -40 "$OUT/um_bad_p$p.txt"
+    done
+    timeout ${UM_BENCH_TIMEOUT:-50} $MPI -n 1 python3 perf/bench_user_out.py --n 32 256 --iters 20 --reps 3 \
+      --out "$OUT/bench_user_out_p1.md" > "$OUT/um_bench_p1.txt" 2>&1; echo "bench_user_out P=1 rc=$?" | tee -a "$OUT/steps.txt"
+    tail -14 "$OUT/um_bench_p1.txt" ;;
+  bench-user)
+    step "#44 out= in user memory vs the engine-owned result: P=1, then 4 ranks sharing the GPU"
+    timeout 200 $MPI -n 1 python3 perf/bench_user_out.py --n ${UM_SIZES:-32 256 512} --out "$OUT/bench_user_out_p1.md" 2>&1 | tail -12
+    REDIST_SHARED_GPU=1 timeout 200 $MPI -n 4 python3 perf/bench_user_out.py --n 32 128 --iters 5 --reps 3 \
+      --out "$OUT/bench_user_out_p4_shared.md" 2>&1 | tail -12 ;;
   capture)
     step "capture tests P=1, then ${CAPTURE_K:-P2} ranks sharing the GPU"
     timeout ${CAPTURE_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_capture.py -k P1 2>&1 | tee "$OUT/pytest_capture.txt" | tail -15

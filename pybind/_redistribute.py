@@ -345,8 +345,10 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         released by :meth:`free`), or ``out`` when given. ``out`` must have the result's shape,
         dtype and package, be writable and not overlap the operand, and may have any strides
         (the interior of a ghosted array, a reversed view); host ``out=`` may be passed on some
-        ranks only; on GPUs it must lie in a symmetric allocation, at the same offset on every
-        rank (a new stride pattern lowers the exchange for it once, collectively). ``release_workspace`` and
+        ranks only; on GPUs it is any device memory of the rank's GPU (torch, cupy, cudaMalloc,
+        symmetric: the peers store into it through mappings made the first time an allocation is
+        used, collectively; memory they cannot map, laid out like the result, is landed and
+        copied), and a new stride pattern lowers the exchange for it once, collectively. ``release_workspace`` and
         ``sync_symmetric_memory`` follow nvmath-python and must be equal on all ranks. Any
         problem on any rank raises the same error on every rank.
 

@@ -15,7 +15,11 @@
  *   3. the application captures a whole step on its stream (cudaStreamBeginCapture): an upload,
  *      redist_execute (recorded into the capture: redist's kernel nodes, nothing runs), a
  *      download; it instantiates and launches the step; after redist_reset_operand to another
- *      device array, redist_update_graph_exec makes the captured copy read the new operand.
+ *      device array, redist_update_graph_exec makes the captured copy read the new operand;
+ *   4. redist_execute with `out` in cudaMalloc'd memory (no symmetric heap either): the peers store
+ *      straight into it through CUDA IPC mappings of the allocation (made on first use, cached);
+ *      then that memory is freed and another cudaMalloc'd (maybe at the same address): redist maps
+ *      the new allocation (its buffer id changed), never the old one.
  *
  * Needs CUDA (headers + libcudart) and a GPU per process; without the headers this file
  * compiles to a stub that says so. Device: the launcher's local rank (MPICH, Open MPI, Slurm) modulo
@@ -195,6 +199,30 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaGraphDestroy(step_graph));
     CHECK(redist_release_captured(h)); /* no graph holds a copy any more: redist_free may free it all */
 
+    /* 4. out= in ordinary device memory (cudaMalloc), twice, the second after a free + malloc */
+    int s4 = s2;
+    for (int round = 0; round < 2; round++) {
+        double *d_out;
+        CUDA_CHECK(cudaMalloc((void **)&d_out, (nout + 1) * sizeof(double)));
+        CUDA_CHECK(cudaMemsetAsync(d_out, 0, nout * sizeof(double), stream));
+        for (int k = 0; k < steps; k++) {
+            void *written = NULL;
+            CHECK(redist_execute(h, stream, d_out, &written)); /* the peers store into d_out */
+            bad += written != (void *)d_out;
+            CUDA_CHECK(cudaMemcpyAsync(h_out, d_out, nout * sizeof(double), cudaMemcpyDeviceToHost, stream));
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            bad += check_result(h_out, ylo, yhi, gs, s4);
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaFree(d_out)); /* not bound any more once the next call binds another out */
+        if (round == 0) { /* a new operand value, so stale data would show */
+            s4 = s2 + 1;
+            for (size_t n = 0; n < nin; n++)
+                h_in[n] = (double)(xlo[0] * gs[1] * gs[2] + (int64_t)n) + 1e6 * s4;
+            CUDA_CHECK(cudaMemcpy(d_in2, h_in, nin * sizeof(double), cudaMemcpyHostToDevice));
+        }
+    }
+
     CHECK(redist_free(h));
     CHECK(redist_finalize());
     CUDA_CHECK(cudaFree(d_in));
@@ -207,8 +235,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("rank %d/%d: OK on GPU %d, execute + %d child-graph launches + %d launches of a captured step (and one "
-           "after redist_update_graph_exec), every element of %lld x %lld x %lld checked\n",
-           rank, nranks, device, steps, steps, (long long)gs[0], (long long)gs[1], (long long)gs[2]);
+           "after redist_update_graph_exec), %d executes into cudaMalloc'd out (two allocations), every element of "
+           "%lld x %lld x %lld checked\n",
+           rank, nranks, device, steps, steps, 2 * steps, (long long)gs[0], (long long)gs[1], (long long)gs[2]);
     return 0;
 }
 #endif

@@ -68,14 +68,18 @@ class Bindings:
             launch.update()
 
     def bind_output(self, buf: Buffer | None, field: int = 0) -> None:
-        """Write field ``field`` into the symmetric ``buf`` (same heap offset on every rank); None: the result.
+        """Write field ``field`` into ``buf``, device memory of this GPU (symmetric or not, see
+        user_memory.py); None: the result.
 
-        Strides other than the planned ones take effect at the next execute, once agreed.
+        Strides other than the planned ones, and an output other ranks have not seen yet, take
+        effect at the next execute, once agreed.
         """
         planned = self._fields[field].out_strides
-        self._wants[field] = None if buf is None or buf.is_dense(planned) else tuple(buf.strides)
+        dense = buf is None or buf.is_dense(planned)
+        self._wants[field] = None if dense else tuple(buf.strides)
         self._want = None if all(w is None for w in self._wants) else tuple(self._wants)
-        delta = 0 if buf is None else buf.ptr - self.results[field].ptr
+        landing = self._outputs.bind(field, buf, dense)
+        delta = 0 if buf is None or landing else buf.ptr - self.results[field].ptr
         self._active._set_delta(field, delta)  # the running one's nodes only
         self._out_unagreed = True
 
@@ -84,14 +88,27 @@ class Bindings:
             return
         self._out_deltas[field] = delta
         self._out_aligns[field] = min(delta & -delta, 16) if delta else 16
-        a = min(self._out_aligns)
+        self._set_deltas(((field, delta),))
+
+    def _set_deltas(self, slots) -> None:
+        """New output offsets ``(slot, delta)`` in every kernel that writes outputs (one node update each)."""
+        a = min([*self._out_aligns, *(min(d & -d, 16) for d in self._peer_deltas.values() if d)])
         for kern in self._out_kernels:
             launch = kern.launch
-            launch.set_delta(field, delta)
+            for slot, delta in slots:
+                launch.set_delta(slot, delta)
             if a != kern.out_align:
                 kern.out_align = a
                 launch.set_vec(self._pick(kern))
             launch.update()
+
+    def _set_peer_deltas(self, deltas: dict[int, int]) -> None:
+        """The push destinations' output offsets (slot -> delta), as routed (user_memory)."""
+        changed = [(k, v) for k, v in deltas.items() if self._peer_deltas.get(k, 0) != v]
+        changed += [(k, 0) for k in self._peer_deltas if k not in deltas]
+        self._peer_deltas = dict(deltas)
+        if changed:
+            self._set_deltas(changed)
 
     def out_problem(self, buf: Buffer, field: int = 0) -> str | None:
         p, rt = self._fields[field], self.rt
@@ -109,8 +126,7 @@ class Bindings:
             return f"out= has strides {buf.strides} (elements) that make elements overlap in memory"
         ent = rt.sym_lookup(buf.ptr)
         if ent is None and not rt.is_symmetric(buf.ptr):
-            return ("out= must be on the NVSHMEM symmetric heap (peers write into it): allocate it with "
-                    "redist.allocate_symmetric_memory")
+            return self._outputs.problem(buf, p.out_strides)
         lo, hi = buf.address_range()
         if ent is not None and buf.size and (lo < ent[0] or hi > ent[0] + ent[1]):
             return (f"out= (bytes [{lo - ent[0]}, {hi - ent[0]}) of its allocation) reaches outside its symmetric "
@@ -123,8 +139,11 @@ class Bindings:
         return None
 
     def out_signature(self, buf: Buffer | None, field: int = 0) -> int:
-        """The output's offset on the symmetric heap: peers write at the same offset in their mapping."""
-        return self.rt.heap_offset(self.results[field].ptr if buf is None else buf.ptr)
+        """The output's offset on the symmetric heap, or its address (private device memory). Ranks
+        need not agree on it: each rank's output is routed to (user_memory.py)."""
+        if buf is None:
+            return self.rt.heap_offset(self.results[field].ptr)
+        return self.rt.heap_offset(buf.ptr) if self.rt.is_symmetric(buf.ptr) else buf.ptr
 
     def release_input(self) -> None:
         for v in self._variants.values():
@@ -136,9 +155,3 @@ class Bindings:
     def output_ptr(self) -> int:
         """Field 0's output now (its engine-owned result, or the bound out=)."""
         return self.result_ptr + self._active._out_deltas[0]
-
-    def _output_offsets(self) -> tuple[int, ...]:
-        """Every field's output as a heap offset (what every rank must agree on)."""
-        deltas = self._active._out_deltas
-        return tuple(self.rt.heap_offset(b.ptr + d) for b, d in zip(self.results, deltas))
-

@@ -103,6 +103,8 @@ class CapturedCopies:
                 kernels = [(kern.launch, inside[kern.table_ptr]) for kern in exe._kernels.values()]
             except (CudaError, KeyError):  # then update_captured rewrites the whole child
                 kernels = []
+        for dst, src, n in self._outputs.landing() or ():  # the landing route's copies, recorded after the exchange
+            drv.call("cuMemcpyDtoDAsync", dst, src, n, stream)
         copy = _Copy(cid, node, exe, kernels)
         self._copies.append(copy)
         copies = self._captured.get(user_graph) or []
@@ -191,7 +193,7 @@ class CapturedCopies:
 
     def _binding(self) -> tuple:
         """What this variant's kernels read and write now: the operands, the out= offsets, the wait flag."""
-        return tuple(self._in_ptrs), tuple(self._out_deltas), self._wait
+        return tuple(self._in_ptrs), (tuple(self._out_deltas), tuple(sorted(self._peer_deltas.items()))), self._wait
 
     def _holds(self, c: _Copy, nodes: set[int]) -> bool:
         """Whether copy ``c``'s nodes are among ``nodes`` (those of the graph it was recorded into)."""

@@ -8,8 +8,9 @@
 // element size; the element size only shows through the vector width V (1, 2, 4, 8 or 16 bytes
 // per load/store), which must divide every row length, stride and base address of the launch.
 //
-// Addresses: src = seg.src + (in_base[f] & seg.src_mask); dst = seg.dst + (out_delta[f] & seg.dst_mask),
-// f = seg.field. A launch may move several fields (arrays of the same boxes): each has its operand
+// Addresses: src = seg.src + (in_base[f] & seg.src_mask); dst = seg.dst + (out_delta[o] & seg.dst_mask),
+// f = seg.field & 0xffff, o = seg.field >> 16 (the output slot: f for this rank's own output, one slot
+// per field and push destination, so each destination's out= may sit at its own place, user_memory.py). A launch may move several fields (arrays of the same boxes): each has its operand
 // pointer (in_base[f]) and its output's offset from its engine-owned result (out_delta[f]), passed
 // by value in one Bases argument -- the only kernel parameter a rebind changes, so rebinding every
 // field is one node update; the segment table itself (in device memory) is written once, at plan
@@ -40,12 +41,13 @@ typedef unsigned int u32;
 
 #define REDIST_MAXD 8
 #define REDIST_MAXF 8
+#define REDIST_MAXO 64
 #define REDIST_BLOCK 256
 #define REDIST_ILP 1
 
 struct Bases {
     u64 in_base[REDIST_MAXF];   // per field: the bound operand's address
-    i64 out_delta[REDIST_MAXF]; // per field: the bound output's offset from the field's engine-owned result
+    i64 out_delta[REDIST_MAXO]; // per output slot: the bound output's offset from the engine-owned result there
 };
 
 struct Seg {
@@ -66,7 +68,7 @@ struct Seg {
     i64 sstride[REDIST_MAXD];   // byte strides, source side
     i64 dstride[REDIST_MAXD];   // byte strides, destination side
     u32 tile_a;                 // transposing segment: the dimension contiguous on the source side; ~0: none
-    u32 field;                  // the field whose operand / output bases apply (Bases)
+    u32 field;                  // low 16 bits: the field whose operand base applies; high 16: the output slot (Bases)
 };
 static_assert(sizeof(Seg) == 328, "Seg layout must match engine/cuda/kernels.py SEG_DTYPE");
 
@@ -291,9 +293,9 @@ __device__ __forceinline__ void redist_copy_segment(const Seg* __restrict__ sg, 
     // field f's bases: an index into the __grid_constant__ argument (read in place from the
     // parameter space; without __grid_constant__ a run-time index would copy the whole argument
     // into local memory in every thread, and an unrolled select costs 1.6x at 16 MB)
-    const u32 f = sg->field;
+    const u32 f = sg->field & 0xffffu;
     const u64 in = bases.in_base[f];
-    const i64 out = bases.out_delta[f];
+    const i64 out = bases.out_delta[sg->field >> 16];
     const u64 src0 = sg->src + (in & sg->src_mask);
     const u64 dst0 = sg->dst + ((u64)out & sg->dst_mask);
     // Tile routines are compiled only into the families whose rows they can meet (a fixed run length

@@ -5,8 +5,9 @@ Made by :func:`.lower.lower` (collective). It implements the engine's
 :class:`~redist.engine.backend.Executable` protocol: the graph is captured on the first execute
 and rebound by kernel-node updates (``bind_input`` / ``rebind_input`` / ``bind_output``), never
 re-captured. ``execute`` agrees on the call first (one small Allreduce when P > 1: failures,
-the ``out=`` heap offset and the flags), so a rank with a problem never leaves its peers
-spinning on a barrier the failed rank will not reach. See DESIGN.md beside this file.
+the flags and each rank's ``out=`` as an index into a registry every rank keeps, user_memory.py),
+so a rank with a problem never leaves its peers spinning on a barrier the failed rank will not
+reach. See DESIGN.md beside this file.
 
 An ``out=`` of other strides than the planned dense ones (the interior of a ghosted array, a
 reversed view) needs other copies on every rank that writes into it, so it is a *layout*: the
@@ -39,6 +40,7 @@ from .binding import Bindings
 from .captured import CapturedCopies
 from .launch_list import KernelStep, LaunchList, Step, align_of, protocol_rows, table_rows
 from .layouts import OutLayouts
+from .user_memory import Outputs, slot_of
 
 if TYPE_CHECKING:
     from .captured import _Copy
@@ -110,10 +112,11 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
         self._in_ptrs = [0] * nf  # per field: the bound operand, the object keeping it alive, the out= delta
         self._in_owners: list = [None] * nf
         self._bound = False
-        self._out_deltas = [0] * nf
+        self._out_deltas = [0] * nf  # per field: this rank's own output slot
+        self._peer_deltas: dict[int, int] = {}  # output slot of a push destination -> its out= offset (user_memory)
         self._in_aligns = [16] * nf
         self._out_aligns = [16] * nf
-        self._check = collective.CallCheck(rt.comm)
+        self._check = collective.CallCheck(rt.comm, per_rank=True)  # values: every rank's out= (user_memory)
         self._agree = self._check.nranks > 1  # P = 1: nothing to agree on, errors are raised directly
         self._launch = self._drv.cuGraphLaunch
         self.result_bytes = ll.result_bytes
@@ -135,6 +138,7 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
         self._retirements = 0  # variants evicted while copies of them may run
         self._held = [True]  # shared with the retired memory of copies recorded so far: False once released
         self._capture_status = rt.driver.capture_status
+        self._outputs: Outputs | None = None  # out= in any device memory, routed (user_memory.py; the base's)
         # kernels only (one rank; push with the epoch protocol): recorded flat into a user's capture
         self._flat = all(st.op == "kernel" for st in ll.steps)
         # collective allocations first (each agreed inside sym_alloc; same sizes and order on every
@@ -161,6 +165,7 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
             for d in ll.push_to:
                 if not self._peer_out[d]:
                     raise CudaError(f"nvshmem_ptr(result, {d}) is NULL although peer {d} was found reachable")
+            self._outputs = Outputs(rt, nf, ll.push_to, ll.push_from, self.results, self._peer_out, ll.field_offsets)
             self._base_align = min([align_of(a) for a in (self.result_ptr, *self._peer_out.values()) if a] or [16])
             from .graph import KernelLaunch
 
@@ -190,7 +195,9 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
         self._recv = self.rt.sym_alloc(ll.recv_staging_bytes, owner="engine")
 
     def _table(self, k: KernelStep) -> np.ndarray:
-        rows = table_rows(k, output=lambda d: self._peer_out[d], send=self._send, recv=self._recv)
+        push_to, me, nf = self.launch_list.push_to, self.rt.rank, self.nfields
+        rows = table_rows(k, output=lambda d: self._peer_out[d], send=self._send, recv=self._recv,
+                          slot=lambda f, d: slot_of(f, d, me, push_to, nf))
         return kernels.pack_table(rows)
 
     def _peer_ctl(self, pe: int) -> int:
@@ -328,18 +335,29 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
                        "no operand is bound (it was released): call reset_operand() first")
         if problem is None and (capture or release_workspace):
             problem = self._capture_problem(stream, capture, release_workspace)
+        outputs = self._outputs
+        if problem is None and outputs.watch:  # an out= peers store into freed (and another allocated there)?
+            problem = outputs.recheck()
         if self._agree or problem is not None:
-            offsets = self._output_offsets()
-            where = (f"out= at heap offset {offsets[0]}" if self.nfields == 1 else
-                     f"out= of the fields at heap offsets {list(offsets)}")
-            changed = self._check.check(problem, hash((offsets, bool(sync), bool(release_workspace), bool(capture))),
-                                        flag=int(self._want != self._mine),
-                                        what=(where, bool(sync), bool(release_workspace),
-                                              "capturing" if capture else "not capturing"))
-            if changed:  # some rank's out= strides changed: every rank learns every rank's
-                self._switch(tuple(self.rt.comm.allgather(self._want)), lower=not capture)
-        elif self._want != self._mine:  # one rank: nobody else to ask
-            self._switch((self._want,), lower=not capture)
+            changed = self._check.check(problem, hash((bool(sync), bool(release_workspace), bool(capture))),
+                                        flag=int(self._want != self._mine or outputs.changed),
+                                        what=(outputs.where, bool(sync), bool(release_workspace),
+                                              "capturing" if capture else "not capturing"), value=outputs.index)
+            if changed:  # some rank's out= strides or memory are new: every rank learns every rank's
+                every = self.rt.comm.allgather((self._want, outputs.payload(bool(capture))))
+                self._switch(tuple(w for w, _ in every), lower=not capture)
+                self._route(outputs.register([x for _, x in every], bool(capture)))
+            else:  # every rank's out= is registered: switched to another one it used before?
+                indices = [v - 1 for v in self._check.values]
+                if indices != outputs.current:
+                    self._route(outputs.select(indices))
+        else:  # one rank: nobody else to ask
+            if self._want != self._mine:
+                self._switch((self._want,), lower=not capture)
+            if outputs.changed:
+                self._route(outputs.register([outputs.payload(True)], bool(capture)))  # no peer: no export
+            elif outputs.index - 1 != outputs.current[0]:
+                self._route(outputs.select([outputs.index - 1]))
         exe = self._active
         if capture and exe._need_workspace:  # the same variant, so the same answer, on every rank
             raise InvalidStateError(
@@ -347,16 +365,29 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
                 "this out= layout is collective and synchronises the GPU; call execute() with this out= once "
                 "outside the capture first")
         self._out_unagreed = False
+        sync = sync or outputs.landing_anywhere  # a landed result is read by its owner's copy: writers wait
         if capture:
             self._record(exe, stream, sync)
         else:
-            exe._run(stream, sync, release_workspace, graph)
+            exe._run(stream, sync, release_workspace, graph, outputs.landing())
+
+    def _route(self, offsets: tuple[list[int], dict[int, int]]) -> None:
+        """Set the output offsets routed by user_memory.Outputs (this rank's own, the push destinations')."""
+        own, peer = offsets
+        exe = self._active
+        for f, delta in enumerate(own):
+            exe._set_delta(f, delta)
+        exe._set_peer_deltas(peer)
+        if self._logger is not None:
+            self._logger.info("cuda out= routes: %s", self._outputs.text or "every output is the engine-owned result")
 
     def replay(self, forget: Callable[[], None]) -> None:
         """No compiled replay: a CUDA execute is one graph launch already."""
 
-    def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None) -> None:
-        """The agreed execute on this variant: the graph launch (or the slow path)."""
+    def _run(self, stream: int, sync: bool, release_workspace: bool, graph: bool | None,
+             land: list[tuple[int, int, int]] | None = None) -> None:
+        """The agreed execute on this variant: the graph launch (or the slow path), then the landed
+        outputs' copies (``land``: the base's landing fields, user_memory.py)."""
         if sync is not self._wait and bool(sync) != self._wait:
             self._set_wait(bool(sync))
         ge = self._exec
@@ -372,6 +403,8 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
                 raise CudaError(f"cuGraphLaunch failed with CUresult {rc}{_err_name(rc)}")
         else:
             self._execute_slow(stream, sync, graph)
+        for dst, src, n in land or ():
+            self._drv.call("cuMemcpyDtoDAsync", dst, src, n, stream)
         if self.blocking:
             self._drv.call("cuStreamSynchronize", stream)
         if release_workspace:
@@ -417,6 +450,10 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
         if self._want != self._mine:
             raise InvalidStateError("graph(): an out= of other strides is bound but not yet agreed on: call execute() "
                                     "once first (it lowers the exchange for that layout)")
+        if self._outputs is not None and self._outputs.landing():
+            raise InvalidStateError("graph(): this rank's out= takes the landing route (peers cannot map it, see "
+                                    "describe()): its copy from the result is not part of the exported graph; record "
+                                    "execute() into your capture instead, or pass an out= the peers can map")
         if self._active is not self:
             return self._active.graph(stream)
         if self._freed:
@@ -495,6 +532,8 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
         try:
             rt.synchronize()
         finally:
+            if self._outputs is not None:  # no graph of ours can store through its mappings any more
+                self._outputs.close()
             self._destroy_exec()
             sym, dev = self._held_memory()
             for p in dev:
@@ -546,6 +585,8 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
         more = f"; {len(self._variants)} out= layout variant(s), one active" if self._variants else ""
         if self._copies:
             more = f"{more}; {len(self._copies)} copy(ies) recorded into user captures"
+        if self._outputs is not None and self._outputs.text:
+            more = f"{more}\n  out= routes: {self._outputs.text}"
         if self._active is not self:
             more = f"{more}\n  active out= layout:\n{self._active.describe()}"
         return f"{self.launch_list.describe()}\n  graph {state}; vector widths now {vecs or '-'}{more}"

@@ -356,8 +356,9 @@ class KernelLaunch:
     """One kernel of a plan, launchable eagerly or into a capture, and rebindable in graphs.
 
     Kernel signature (copy.cu): ``(const Bases bases, const Seg* table, int nsegs, ...protocol)``;
-    ``Bases`` is ``u64 in_base[MAXF]; i64 out_delta[MAXF]`` by value (per field: the operand's
-    address and the output's offset from its result), set with :meth:`set_in` / :meth:`set_delta`;
+    ``Bases`` is ``u64 in_base[MAXF]; i64 out_delta[MAXO]`` by value (per field the operand's
+    address; per output slot the output's offset from the result there), set with :meth:`set_in` /
+    :meth:`set_delta`;
     the epoch kernels add ``(u64* ctl, const u64* proto, int nranks, int ncredit, int narrive,
     int nwait, int wait, int bump)`` (``protocol``: those eight values).
     """
@@ -367,9 +368,9 @@ class KernelLaunch:
         self.drv = drv
         self.funcs: dict[int, int] = dict(funcs)  # vector width -> CUfunction (int)
         self.vec: int = max(self.funcs)
-        from .kernels import MAXF
+        from .kernels import MAXF, MAXO
 
-        self.a_bases = (ctypes.c_int64 * (2 * MAXF))()  # in_base[MAXF] then out_delta[MAXF]
+        self.a_bases = (ctypes.c_int64 * (MAXF + MAXO))()  # in_base[MAXF] then out_delta[MAXO]
         self._maxf = MAXF
         self.a_table: ctypes.c_void_p = ctypes.c_void_p(table_ptr)
         self.a_nsegs: ctypes.c_int = ctypes.c_int(nsegs)
@@ -403,9 +404,9 @@ class KernelLaunch:
         """Field ``field``'s operand address (takes effect at :meth:`update` / the next launch)."""
         self.a_bases[field] = ptr  # device addresses are below 2**63
 
-    def set_delta(self, field: int, delta: int) -> None:
-        """Field ``field``'s output offset from its engine-owned result."""
-        self.a_bases[self._maxf + field] = delta
+    def set_delta(self, slot: int, delta: int) -> None:
+        """Output slot ``slot``'s offset from the engine-owned result (slot f: field f's own output)."""
+        self.a_bases[self._maxf + slot] = delta
 
     def set_vec(self, vec: int) -> None:
         if vec != self.vec:

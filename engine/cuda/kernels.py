@@ -33,6 +33,7 @@ __all__ = [
     "ILP",
     "MAXD",
     "MAXF",
+    "MAXO",
     "SEG_DTYPE",
     "SEG_LIMIT",
     "tile_edge",
@@ -50,6 +51,9 @@ __all__ = [
 
 MAXD = 8  # outer dimensions a segment may have (REDIST_MAXD)
 MAXF = 8  # fields one launch may move (REDIST_MAXF: the kernel's Bases argument)
+#: output slots of the Bases argument (REDIST_MAXO): slot f is field f's own output, f + MAXF * (1 + j)
+#: field f's output on the j-th push destination (each destination's out= at its own place)
+MAXO = 64
 #: dynamic shared memory of a launch with transposing segments (REDIST_TILE_SHARED_BYTES: 64 x 65 8-byte elements)
 TILE_SHARED_BYTES = 64 * 65 * 8
 #: element sizes whose transposing segments move in 16-byte groups (pairs, quads) at vector width 16
@@ -215,7 +219,8 @@ def pack_table(rows: list[dict[str, Any]]) -> np.ndarray:
         t["peer"] = r.get("peer", NO_PEER)
         ta = r.get("tile_a")
         t["tile_a"] = NO_PEER if ta is None else MAXD - n + ta
-        t["field"] = r.get("field", 0)
+        f = r.get("field", 0)
+        t["field"] = f | (r.get("slot", f) << 16)
         t["blk_begin"] = r["blk_begin"]
         t["blk_count"] = r["blk_count"]
         for lv in range(5):
@@ -336,10 +341,11 @@ def emulate(
         covered[b0 : b0 + nb] = True
         if s + 1 < nsegs:
             assert int(table[s + 1]["blk_begin"]) == b0 + nb, "segments must own consecutive block ranges"
-        mask, f = int(sg["src_mask"]), int(sg["field"])
-        assert f < len(in_bases) and f < len(out_deltas) and f < MAXF, f"segment of field {f} without its bases"
+        mask, f, o = int(sg["src_mask"]), int(sg["field"]) & 0xFFFF, int(sg["field"]) >> 16
+        assert f < len(in_bases) and f < MAXF, f"segment of field {f} without its operand base"
+        assert o < len(out_deltas) and o < MAXO, f"segment of output slot {o} without its output delta"
         src0 = (int(sg["src"]) + (in_bases[f] & mask)) & ALL_ONES
-        dst0 = (int(sg["dst"]) + (out_deltas[f] & int(sg["dst_mask"]))) & ALL_ONES
+        dst0 = (int(sg["dst"]) + (out_deltas[o] & int(sg["dst_mask"]))) & ALL_ONES
         nbytes = int(sg["bytes"])
         rb = int(sg["row_bytes"])
         if nout >= 2 and int(sg["tile_a"]) != NO_PEER and (rb == vec or (rb in GROUP_ROWS and vec == 16)):

@@ -202,6 +202,7 @@ class LaunchList:
     transport: str = "auto"
     signal: str = "barrier"
     field_offsets: tuple[int, ...] = (0,)  # where each field's result starts in the result allocation
+    push_from: tuple[int, ...] = ()  # peers that store into this rank's output directly
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -512,6 +513,7 @@ def build_launch_list(
         steps=tuple(steps),
         push_to=tuple(push_to),
         put_to=tuple(put_to),
+        push_from=tuple(t.src for t in plan.recvs if push[t.src, r]),
         put_from=tuple(put_from),
         any_push=any_push,
         any_put=any_put,
@@ -525,9 +527,12 @@ def build_launch_list(
 
 
 def table_rows(
-    step: KernelStep, *, output: Callable[[int], int], send: int = 0, recv: int = 0
+    step: KernelStep, *, output: Callable[[int], int], send: int = 0, recv: int = 0,
+    slot: Callable[[int, int], int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Segment-table rows with real addresses: ``output(rank)`` = that rank's result as mapped here."""
+    """Segment-table rows with real addresses: ``output(rank)`` = that rank's result as mapped here;
+    ``slot(field, rank)`` = the Bases output slot of that field's output on that rank (default: the
+    field: one out= offset for every rank)."""
     rows, b0 = [], 0
     for seg, nb in zip(step.segments, step.blocks):
         src_rel = seg.src_space == "input"
@@ -552,6 +557,7 @@ def table_rows(
                 peer=kernels.NO_PEER if seg.role == "local" else seg.peer,
                 tile_a=seg.tile_a,
                 field=seg.field,
+                slot=seg.field if slot is None or seg.dst_space != "output" else slot(seg.field, seg.dst_rank),
             )
         )
         b0 += nb

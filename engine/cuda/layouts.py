@@ -36,6 +36,7 @@ class OutLayouts:
         operand and out= offset: the next one takes them over."""
         old = self._active
         ptrs, owners, deltas = list(old._in_ptrs), list(old._in_owners), list(old._out_deltas)
+        peer = dict(old._peer_deltas)
         if all(st is None for st in layout):
             exe = self
         else:
@@ -54,6 +55,7 @@ class OutLayouts:
         exe.rebind_inputs(ptrs, owners)
         for f, delta in enumerate(deltas):
             exe._set_delta(f, delta)
+        exe._set_peer_deltas(peer)
         exe._bound = self._bound
         if old is not exe:
             old._in_owners = [None] * self.nfields  # an inactive variant (or base) keeps no operand alive

@@ -118,6 +118,7 @@ class Runtime:
         self.anchor = 0
         self.stopped = False
         self.shared_gpu = False  # several ranks on this GPU (set by start())
+        self.memory_api = None  # user_memory.DriverMemory (out= in any device memory), made on first use
 
     # -- bring-up (collective) -------------------------------------------------------------------
 
@@ -355,6 +356,8 @@ class Runtime:
         for _, dev, _ in retired.values():
             for p in dev:
                 self.dev_free(p)
+        if self.memory_api is not None:  # peers' out= still mapped (copies in the user's graphs)
+            self.memory_api.close_all()
         # leftover allocations (user arrays never freed, detached results, memory of dropped
         # objects): same order on every rank
         left = sorted((p for p, (_, o) in self._sym.items() if o != "runtime"), key=self.heap_offset)

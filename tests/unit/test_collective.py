@@ -85,6 +85,22 @@ def test_call_check_flags_failures_and_signature_mismatches():
                for r in res)
 
 
+def test_call_check_per_rank_values():
+    """Each rank's value reaches every rank in the same agreement (the CUDA out= registry index)."""
+
+    def rank(comm, r):
+        check = collective.CallCheck(comm, per_rank=True)
+        got = []
+        for k in range(3):
+            check.check(None, signature=1, value=10 * r + k)
+            got.append(list(check.values))
+        return got
+
+    res, excs = run_ranks(3, rank)
+    assert excs == [None] * 3
+    assert all(r == [[10 * q + k for q in range(3)] for k in range(3)] for r in res)
+
+
 def test_call_check_on_one_rank_raises_directly():
     comm = ThreadComm({"p": 1, "slots": [None], "barrier": threading.Barrier(1)}, 0)
     check = collective.CallCheck(comm)

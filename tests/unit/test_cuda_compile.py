@@ -235,6 +235,7 @@ def test_epoch_protocol_lists_pair_up_across_ranks():
         assert set(k.arrive_to) == set(ll.push_to)
         assert set(k.wait_for) == {s for s in range(p) if r in lls[s].push_to}
         assert set(ll.put_from) == {s for s in range(p) if r in lls[s].put_to}
+        assert set(ll.push_from) == {s for s in range(p) if r in lls[s].push_to}  # who maps this rank's out= (#44)
         assert not any(st.op in ("sync_all", "barrier_all") for st in ll.steps)
 
 
@@ -540,18 +541,32 @@ class _Hub:
         self.lock = threading.Lock()
         self.bases: list[int] = []
         self.bufs: list[np.ndarray] = []
+        self.ids: dict[int, int] = {}  # region base -> its buffer id (CU_POINTER_ATTRIBUTE_BUFFER_ID)
+        self.last_id = 0
 
     # memory
-    def add(self, base, n, fill=0xCD):
+    def add(self, base, n, fill=0xCD, alias=None):
+        """A region at ``base`` (``alias``: the memory of the region at that address, mapped again)."""
         with self.lock:
+            data = np.full(n, fill, np.uint8) if alias is None else self.bufs[self.bases.index(alias)]
             i = bisect.bisect(self.bases, base)
             self.bases.insert(i, base)
-            self.bufs.insert(i, np.full(n, fill, np.uint8))
+            self.bufs.insert(i, data)
+            self.last_id += 1
+            self.ids[base] = self.last_id
 
     def remove(self, base):
         with self.lock:
             i = self.bases.index(base)
-            del self.bases[i], self.bufs[i]
+            del self.bases[i], self.bufs[i], self.ids[base]
+
+    def region(self, addr):
+        """(base, size, buffer id) of the region holding ``addr``, or None."""
+        with self.lock:
+            i = bisect.bisect(self.bases, addr) - 1
+            if i < 0 or addr >= self.bases[i] + len(self.bufs[i]):
+                return None
+            return self.bases[i], len(self.bufs[i]), self.ids[self.bases[i]]
 
     def locate(self, addr: int, n: int):
         with self.lock:
@@ -582,7 +597,10 @@ class _Comm:
     def Get_size(self):
         return self.hub.p
 
+    gathers = 0  # allgathers made (the per-call agreement is one here: no buffer collectives)
+
     def allgather(self, obj):
+        self.gathers += 1
         h = self.hub
         h.slots[self.rank] = obj
         h.barrier.wait()
@@ -599,7 +617,7 @@ class _Comm:
 
 _FUNCS: dict[int, tuple] = {}
 #: bytes of each kernel argument (copy.cu): Bases, table, nsegs [, ctl, proto, nranks, ncredit, narrive, nwait, wait, bump]
-_ARG_BYTES = {"plain": (16 * kernels.MAXF, 8, 4)}
+_ARG_BYTES = {"plain": (8 * (kernels.MAXF + kernels.MAXO), 8, 4)}
 _ARG_BYTES["epoch"] = _ARG_BYTES["epoch_unpack"] = _ARG_BYTES["plain"] + (8, 8, 4, 4, 4, 4, 4, 4)
 
 
@@ -880,7 +898,10 @@ class _Driver:
         return 0
 
     def call(self, name, *args):
-        if name == "cuMemcpyHtoDAsync":
+        if name == "cuMemcpyDtoDAsync":  # the landing route's copy: a stream operation
+            dst, src, n, stream = args
+            self.op(stream, lambda: self.hub.write(dst, self.hub.read(src, n)))
+        elif name == "cuMemcpyHtoDAsync":
             dst, src, n, _ = args
             self.hub.write(dst, np.frombuffer(ctypes.string_at(src, n), np.uint8))
         elif name == "cuMemcpyDtoHAsync":
@@ -926,6 +947,56 @@ class _NB:
         self.signal_op_on_stream(sig, value, op, pe, s)
 
 
+class _MemoryApi:
+    """user_memory.DriverMemory of one simulated rank: buffer ids, allocation ranges, CUDA IPC
+    (a handle names the region; opening it maps the same bytes at a new address of this rank)."""
+
+    def __init__(self, hub, rank):
+        self.hub, self.rank = hub, rank
+        self.next = (rank + 1) << 36
+        self.private: set[int] = set()  # regions CUDA IPC cannot export (cudaMallocAsync, VMM)
+        self.mapped: dict[int, int] = {}  # mapping -> the region it maps
+        self.unmappable: set[int] = set()  # regions this rank fails to open
+        self.devices: dict[int, int] = {}  # regions on another device than 0: their device
+        self.calls = {"export": 0, "open": 0, "close": 0, "buffer_id": 0}
+
+    def buffer_id(self, ptr):
+        self.calls["buffer_id"] += 1
+        reg = self.hub.region(ptr)
+        return 0 if reg is None else reg[2]
+
+    def device_of(self, ptr):
+        reg = self.hub.region(ptr)
+        return -1 if reg is None else self.devices.get(reg[0], 0)
+
+    def allocation(self, ptr):
+        reg = self.hub.region(ptr)
+        if reg is None:
+            return 0, 0, False, "not device memory"
+        ok = reg[0] not in self.private
+        return reg[0], reg[1], ok, "" if ok else "the allocation is not CUDA-IPC capable (simulated)"
+
+    def export(self, base):
+        self.calls["export"] += 1
+        return base.to_bytes(8, "little") + self.hub.ids[base].to_bytes(8, "little") + bytes(48)
+
+    def open(self, handle):
+        self.calls["open"] += 1
+        base, bid = int.from_bytes(handle[:8], "little"), int.from_bytes(handle[8:16], "little")
+        if base in self.unmappable or self.hub.ids.get(base) != bid:
+            raise CudaError("cuIpcOpenMemHandle failed: CUDA_ERROR_INVALID_HANDLE (simulated)")
+        size = self.hub.region(base)[1]
+        ptr, self.next = self.next, self.next + -(-size // 4096) * 4096
+        self.hub.add(ptr, size, alias=base)
+        self.mapped[ptr] = base
+        return ptr
+
+    def close(self, ptr):
+        self.calls["close"] += 1
+        del self.mapped[ptr]
+        self.hub.remove(ptr)
+
+
 class _Runtime:
     """The parts of engine.cuda.runtime.Runtime that lower() and CudaPath use."""
 
@@ -935,6 +1006,7 @@ class _Runtime:
         self.device_id, self.sm_count, self.arch, self.stream, self.stopped = 0, 4, "90", 7, False
         self.shared_gpu = False
         self.driver, self.nb = _Driver(hub, self), _NB(hub, self)
+        self.memory_api = _MemoryApi(hub, rank)
         self.heap = (rank + 1) << 40
         self._next, self._dnext = 0, (rank + 1) << 44
         self.reach_row = reach_row
@@ -1127,8 +1199,8 @@ def test_backends_on_a_simulated_job(memory):
             got = rt.hub.read(res.ptr, len(want))
             assert exe.out_signature(None) == res.ptr - rt.anchor
             assert exe.out_problem(res) is None
-            bad = _device_buffer(rt.dev_alloc(len(want)), plan.out_shape, 4)
-            assert "symmetric" in exe.out_problem(bad)
+            assert exe.out_problem(_device_buffer(rt.dev_alloc(len(want)), plan.out_shape, 4)) is None  # any memory
+            assert "not device memory" in exe.out_problem(_device_buffer(1 << 20, plan.out_shape, 4))  # a host one
         else:
             got = np.frombuffer(res.owner, np.uint8)[: len(want)]
             assert exe.out_signature(None) is None and "host memory" in exe.out_problem(

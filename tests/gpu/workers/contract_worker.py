@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The contract on the CUDA backend: ``mpiexec -n P python contract_worker.py MODE``.
 
-Modes (tests/gpu/test_contract.py): ``failed`` (a call that raises -- the last rank's out= is not
-symmetric, or its operand released -- launches nothing: no byte of any rank's engine-owned result
+Modes (tests/gpu/test_contract.py): ``failed`` (a call that raises -- the last rank's out= is a
+host array, or its operand released -- launches nothing: no byte of any rank's engine-owned result
 or symmetric out= changes), ``out`` (``execute(out=x)`` leaves the engine-owned result as it was),
 ``reshaped`` (an out= reshaped in place after its first use is checked anew), ``torch-empty``
 (torch CUDA operands with empty output boxes), ``lifetime`` (initialize/finalize cycles with
@@ -86,8 +86,8 @@ def run_failed(report: Report) -> None:
         r.reset_operand(a * 2)  # any write of the refused calls would show
         sym = redist.allocate_symmetric_memory(want.shape, cp, dtype=np.float64)
         sym[...] = 7.0
-        out = cp.empty(want.shape, np.float64) if rank == last else sym  # not symmetric on the last rank
-        refused(report, lambda: r.execute(out=out), redist.InvalidValueError, "", f"{transport}: non-symmetric out=")
+        out = np.empty(want.shape, np.float64) if rank == last else sym  # a host array on the last rank
+        refused(report, lambda: r.execute(out=out), redist.InvalidValueError, "", f"{transport}: host out=")
         report.check(np.array_equal(host(b), kept), f"{transport}: a refused call wrote into the result")
         report.check((host(sym) == 7.0).all(), f"{transport}: a refused call wrote into a symmetric out=")
         if rank == last:

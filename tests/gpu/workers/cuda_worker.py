@@ -862,10 +862,10 @@ def run_fields(fails: Fails):
                 cp.cuda.get_current_stream().synchronize()
                 for f, G in enumerate(globs):
                     check(f"{transport} after out= #{k} field {f}", res[f], G[osl])
-            bad = cp.empty(n, dtype=dtypes[1])  # not symmetric: refused on every rank, naming the field
+            bad = np.empty(n, dtype=dtypes[1])  # a host array: refused on every rank, naming the field
             try:
                 r.execute(out=(None, bad if rank == P - 1 else None, None))
-                fails.add("fields: a non-symmetric out= for field 1 on the last rank was accepted")
+                fails.add("fields: a host out= for field 1 on the last rank was accepted")
             except redist.InvalidValueError as e:
                 assert f"rank {P - 1}" in str(e) and "field 1" in str(e), str(e)
             res = r.execute()
