@@ -93,7 +93,8 @@ def main() -> int:
     rank = comm.Get_rank()
     ctx = redist.get_context()
     assert ctx is not None  # after redist.initialize()
-    device = torch.device("cuda", ctx.device_id) if args.gpu else torch.device("cpu")
+    # device_id: the GPU redist picked for this rank, or None when it runs CPU-only
+    device = torch.device("cpu") if ctx.device_id is None else torch.device("cuda", ctx.device_id)
     box = Slab.X.box(rank, shape)
     mine = tuple(slice(lo, hi) for lo, hi in zip(box.lower, box.upper))
     x, target = global_field(shape, 1)[mine].to(device), global_field(shape, 2)[mine].to(device)

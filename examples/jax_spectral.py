@@ -70,7 +70,7 @@ def reference(u_full, w_full, steps: int, nu: float, dt: float):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--n", type=int, default=32, help="grid points per axis (default 32)")
     ap.add_argument("--steps", type=int, default=3, help="time steps (default 3)")
     ap.add_argument("--nu", type=float, default=0.05, help="viscosity (default 0.05)")
