@@ -27,6 +27,7 @@ import threading
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import _runtime
@@ -89,14 +90,8 @@ def _options_id(options) -> int:
 def _encode(dist, global_shape, rank: int, nranks: int) -> tuple[int, ...]:
     """A distribution as ints: this rank's box where it is known without asking the other ranks,
     else the distribution itself (resolved collectively by the call)."""
-    if isinstance(dist, tuple) and len(dist) == 2:
-        dist = Box(*dist)
     if isinstance(dist, Box):
         return (_BOX, *dist.lower, *dist.upper)
-    if not isinstance(dist, (Slab, BlockNonCyclic)):
-        raise InvalidTypeError(
-            f"redist.torch: distributions must be Slab, BlockNonCyclic or Box (or a (lower, upper) pair), got "
-            f"{type(dist).__name__}")
     g = global_shape if global_shape is not None else dist._global_shape
     if g is not None:
         box = dist.box(rank, tuple(g), nranks=nranks)
@@ -116,16 +111,79 @@ def _decode(code: Sequence[int]) -> Distribution:
     return Box(rest[:n], rest[n:])
 
 
-def _dist_key(dist) -> Hashable:
-    return type(dist), dist, getattr(dist, "_global_shape", None)
+# The distributions and options reach _resolve as plain data (strings, ints, tuples, None, classes):
+# what assume_constant_result may take on every torch this supports (torch 2.11's Dynamo folds only
+# Python constants there, not user objects such as Slab.X). _plain runs in the traced code, so inside
+# torch.compile Dynamo guards on each attribute it reads (a distribution bound anew, or an options
+# object changed in place, recompiles); _resolve rebuilds the objects from it.
+
+
+def _plain(dist) -> tuple:
+    """A distribution (or a (lower, upper) pair) as plain data, rebuilt by :func:`_rebuild`."""
+    if isinstance(dist, Box):
+        return ("box", dist._lower, dist._upper)
+    if isinstance(dist, Slab):
+        return ("slab", dist._p, dist._ndim, dist._global_shape)
+    if isinstance(dist, BlockNonCyclic):
+        grid = dist._grid
+        order = int(grid._layout) if grid._layout is not None else tuple(grid._coords.items())  # rank order
+        return ("blocks", grid._shape, order, dist._global_shape)
+    if isinstance(dist, tuple) and len(dist) == 2:  # (lower, upper)
+        return ("box", *dist)
+    return ("other", type(dist).__name__)
+
+
+def _rebuild(plain: tuple):
+    """The distribution :func:`_plain` described."""
+    kind, *rest = plain
+    if kind == "box":
+        return Box(*rest)
+    if kind == "other":
+        raise InvalidTypeError(f"redist.torch: distributions must be Slab, BlockNonCyclic or Box (or a "
+                               f"(lower, upper) pair), got {rest[0]}")
+    if kind == "slab":
+        p, ndim, g = rest
+        dist = Slab(p, ndim)
+    else:
+        shape, order, g = rest
+        if isinstance(order, int):
+            grid = ProcessGrid(shape, ProcessGrid.Layout(order))
+        else:
+            ranks = np.empty(shape, dtype=np.int64)
+            for r, coords in order:
+                ranks[coords] = r
+            grid = ProcessGrid(process_array=ranks)
+        dist = BlockNonCyclic(grid)
+    dist._global_shape = g
+    return dist
+
+
+def _plain_options(options):
+    """A RedistributeOptions as plain data (its class and init fields); None, a dict or anything else
+    as it is. Inside torch.compile a logger is left out (Dynamo hands no Logger on): the "redist"
+    logger logs there."""
+    compiling = torch.compiler.is_compiling()
+    if isinstance(options, dict):
+        return {k: v for k, v in options.items() if not (compiling and k == "logger")}
+    if not isinstance(options, RedistributeOptions):
+        return options
+    fields = tuple((f.name, getattr(options, f.name)) for f in dataclasses.fields(options)
+                   if f.init and not (compiling and f.name == "logger"))
+    return ("options", type(options), fields)
+
+
+def _rebuild_options(plain):
+    if isinstance(plain, tuple) and plain[:1] == ("options",):
+        return plain[1](**dict(plain[2]))
+    return plain
 
 
 def _options_key(options) -> Hashable:
-    if options is None:
-        return None
+    if options is None or isinstance(options, tuple):  # None, or _plain_options' snapshot
+        return options
     if isinstance(options, dict):
         return tuple(sorted(options.items(), key=lambda kv: str(kv[0])))
-    raise TypeError("not memoised")  # a RedistributeOptions object may change between calls
+    raise TypeError("not memoised")
 
 
 _memo: dict[Hashable, tuple] = {}  # _resolve's results (local; forgotten at finalize)
@@ -133,12 +191,13 @@ _MEMO_KEPT = 256
 
 
 @torch.compiler.assume_constant_result
-def _resolve(input_distribution, output_distribution, global_shape, options, ndim: int) -> tuple:
-    """(input code, output code, options id): what the operator takes. Local (no collective), so
-    torch.compile may run it while tracing on each rank on its own; a local problem becomes a
-    code the call raises on every rank."""
+def _resolve(input_distribution: tuple, output_distribution: tuple, global_shape, options, ndim) -> tuple:
+    """(input code, output code, options id) of the distributions and options (:func:`_plain`,
+    :func:`_plain_options`): what the operator takes. Local (no collective), so torch.compile may
+    run it while tracing on each rank on its own; a local problem becomes a code the call raises on
+    every rank."""
     try:
-        key = (_dist_key(input_distribution), _dist_key(output_distribution), global_shape, _options_key(options), ndim)
+        key = (input_distribution, output_distribution, global_shape, _options_key(options), ndim)
         hash(key)
     except TypeError:
         key = None
@@ -148,13 +207,13 @@ def _resolve(input_distribution, output_distribution, global_shape, options, ndi
     try:
         ctx = _runtime.context()
         rank, nranks = ctx.process_group.rank, ctx.process_group.nranks
-        opt = _options_id(options)
+        opt = _options_id(_rebuild_options(options))
         if global_shape is not None:
             global_shape = tuple(int(n) for n in global_shape)
             if len(global_shape) != ndim:
                 raise InvalidValueError(f"global_shape {global_shape} has {len(global_shape)} axes but the tensor {ndim}")
-        got = (_encode(input_distribution, global_shape, rank, nranks),
-               _encode(output_distribution, global_shape, rank, nranks), opt)
+        got = (_encode(_rebuild(input_distribution), global_shape, rank, nranks),
+               _encode(_rebuild(output_distribution), global_shape, rank, nranks), opt)
     except Exception as e:  # noqa: BLE001 -- raised on every rank by the call
         return _problem_code(e), (_PROBLEM,), 0
     if key is not None:
@@ -415,8 +474,9 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
         codes = _problem_code(bad), (_PROBLEM,), 0
         tensors = [torch.empty(0)]
     else:
-        codes = _resolve(input_distribution, output_distribution, None if global_shape is None else tuple(global_shape),
-                         options, tensors[0].dim())
+        g = None if global_shape is None else tuple(global_shape)
+        codes = _resolve(_plain(input_distribution), _plain(output_distribution), g, _plain_options(options),
+                         tensors[0].dim())
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
     out = torch.ops.redist.redistribute(tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad)
     return tuple(out) if fields else out[0]

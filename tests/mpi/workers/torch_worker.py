@@ -246,6 +246,28 @@ def compiled():
     info = rt.cache_info()
     report.check(info["hits"] > 0 and info["size"] <= info["maxsize"], f"cache: {info}")
 
+    # boxes and a RedistributeOptions object: one graph too (torch 2.11's Dynamo folds no user objects,
+    # so they reach the planning as plain data), and an options object changed in place recompiles
+    opts = redist.RedistributeOptions(result_layout="F")
+    xb, yb = Slab.X.box(rank, g, nranks=nranks), Slab.Y.box(rank, g, nranks=nranks)
+
+    def boxes(a):
+        return rt.redistribute(a, xb, yb, options=opts)
+
+    explain = torch._dynamo.explain(boxes)(x)
+    report.check(
+        explain.graph_break_count == 0 and explain.graph_count == 1,
+        f"boxes, options object: {explain.graph_count} graphs, breaks {explain.break_reasons}",
+    )
+    fast = torch.compile(boxes, fullgraph=True, backend="aot_eager")
+    for layout in ("F", "C"):
+        opts.result_layout = layout
+        got, want = fast(x.detach()), boxes(x.detach())
+        report.check(
+            torch.equal(got, want) and got.stride() == want.stride(),
+            f"compiled with result_layout={layout!r} set in place: eager's values and strides",
+        )
+
 
 def bad():
     g = (6, 5, 4)
