@@ -71,8 +71,8 @@ for s in "$@"; do
     step "tune= on GPUs (#47): P=1, then 2 ranks sharing the GPU; the CLI's table at P=1"
     timeout ${TUNE_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda_tune.py -k P1 2>&1 | tee "$OUT/pytest_tune.txt" | tail -8
     REDIST_SHARED_GPU=1 timeout ${TUNE_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_cuda_tune.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_tune.txt" | tail -8
-    for n in 64 256; do
-      timeout 300 $MPI -n 1 python3 -m redist tune --in-place --gpu --shape $n $n $n --dtype complex128 2>&1 | tee -a "$OUT/tune_gpu.txt" | tail -20
+    for n in ${TUNE_SIZES:-64 256}; do
+      timeout ${TUNE_CLI_TIMEOUT:-300} $MPI -n 1 python3 -m redist tune --in-place --gpu --shape $n $n $n --dtype complex128 2>&1 | tee -a "$OUT/tune_gpu.txt" | tail -20
     done ;;
   shared)
     step "GPU tests, several ranks on one GPU"
@@ -110,10 +110,10 @@ for s in "$@"; do
   jax)
     step "redist.jax (#46): GPU tests P=1 and 2 ranks sharing the GPU (needs a CUDA jaxlib: carry its wheels in .whl), the GPU step (bench_jax.py --step, P=1), then bench_jax.py on the host cores (P = ${JAX_RANKS:-2 4})"
     python3 -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tee "$OUT/jax_env.txt" | tail -2
-    timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_jax_gpu.txt" | tail -8
-    REDIST_SHARED_GPU=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k shared 2>&1 | tee -a "$OUT/pytest_jax_gpu.txt" | tail -8
-    XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 300 $MPI -n 1 python3 perf/bench_jax.py --step --sizes ${JAX_GPU_SIZES:-128 256} 2>&1 | tee "$OUT/bench_jax_gpu.txt" | tail -6
-    for p in ${JAX_RANKS:-2 4}; do
+    timeout ${JAX_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_jax_gpu.txt" | tail -8
+    REDIST_SHARED_GPU=1 timeout ${JAX_SHARED_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k shared 2>&1 | tee -a "$OUT/pytest_jax_gpu.txt" | tail -8
+    XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${JAX_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_jax.py --step --sizes ${JAX_GPU_SIZES:-128 256} 2>&1 | tee "$OUT/bench_jax_gpu.txt" | tail -6
+    for p in ${JAX_RANKS-2 4}; do  # JAX_RANKS="" skips the host rows
       CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu timeout 500 $MPI -n $p python3 perf/bench_jax.py --sizes ${JAX_SIZES:-64 128 256} 2>&1 | tee -a "$OUT/bench_jax.txt" | tail -14
     done ;;
   examples)
@@ -200,7 +200,7 @@ for s in "$@"; do
     step "redist.torch (#45): GPU tests P=1 (and P=2 on two GPUs), 2 ranks sharing a GPU, the reduce-overhead bench P=1"
     timeout ${TORCH_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_torch_gpu.txt" | tail -8
     REDIST_SHARED_GPU=1 timeout ${TORCH_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_torch_gpu.txt" | tail -8
-    timeout 300 $MPI -n 1 python3 perf/bench_torch_gpu.py --n 64 128 256 --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | tail -6 ;;
+    timeout ${TORCH_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_torch_gpu.py --n 64 128 256 --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | tail -6 ;;
   *) echo "unknown step $s" ;;
   esac
 done
