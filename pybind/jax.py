@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import itertools
+import logging
 import types
 from collections.abc import Hashable
 from functools import partial
@@ -279,9 +280,24 @@ def _coerce_options(options) -> RedistributeOptions:
     return opts
 
 
+def _settle() -> None:
+    """``jax.effects_barrier()`` that does not fail on an earlier call's error, and forgets it.
+
+    A custom call that fails at run time raised its error to whoever waited on its results, but
+    JAX keeps the failed token (on GPUs): every later barrier would raise it again, and every later
+    call threaded on the token would fail with it. So wait for each token, then start afresh."""
+    tokens = dispatch.runtime_tokens
+    for token in [*tokens.current_tokens.values(), *tokens.output_runtime_tokens.values()]:
+        try:
+            token.block_until_ready()
+        except jax.errors.JaxRuntimeError as err:
+            logging.getLogger("redist").debug("redist.jax: an earlier dispatch failed (its caller saw it): %s", err)
+    tokens.clear()
+
+
 def _lookup(shape, dtype, input_distribution, output_distribution, options, problem) -> _Entry:
     """Collective: the planned entry for this rank's call (built on a miss, which is a miss on every rank)."""
-    jax.effects_barrier()  # no exchange of an earlier dispatch still runs while the ranks agree here
+    _settle()  # no exchange of an earlier dispatch still runs while the ranks agree here
     dtype = np.dtype(dtype)
     gpu = jax.default_backend() == "gpu"
     shape = tuple(int(n) for n in shape)
@@ -382,13 +398,13 @@ def redistribute(x: Any, /, input_distribution: DistributionLike, output_distrib
 def clear_cache() -> None:
     """Collective: free every planned redistribution of the cache (also done by :func:`redist.finalize`).
     Compiled functions that call them must be traced again (``jax.clear_caches()``)."""
-    jax.effects_barrier()
+    _settle()
     _cache.clear()
 
 
 def set_cache_size(maxsize: int) -> None:
     """Collective: keep at most ``maxsize`` planned redistributions (default :data:`CACHE_SIZE`)."""
-    jax.effects_barrier()
+    _settle()
     _cache.resize(maxsize)
 
 

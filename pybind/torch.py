@@ -281,6 +281,7 @@ class _Forward:
         if self.gpu:  # until GPU out= in device memory (#44): the engine-owned result, copied (one extra pass)
             self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
             res = r.execute()
+            r.release_operand()  # keep no tensor alive (cudagraph trees refuse an untracked one in their pool)
             res = list(res) if self.fields else [res]
             return [x.clone(memory_format=torch.preserve_format) for x in res]
         outs = [_empty_like_layout(self.shape, r.layout, t.dtype, t.device) for t in fields]
@@ -334,6 +335,7 @@ class _Backward:
             if r.memory_space == "cuda":  # until GPU out= in device memory (#44): the engine-owned result
                 self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
                 res = r.execute()
+                r.release_operand()  # as _Forward.run's
                 res = list(res) if self.fields else [res]
                 outs = [x.clone() for x in res]
             else:
