@@ -129,7 +129,7 @@ class _Entry:
         if self.gpu:
             r.reset_operand_unchecked(RawArray(src, self.in_shape, itemsize=self.dtype.itemsize, memory="cuda",
                                                device_id=r.device_id, dtype=self.dtype, readonly=True))
-            result = r.execute(stream=stream)  # until GPU out= in ordinary device memory (#44): one device copy
+            result = r.execute(stream=stream)  # then one device copy (out= into XLA's buffer: not used yet)
             if self.out_bytes:
                 from cuda.bindings import driver
 

@@ -278,7 +278,7 @@ class _Forward:
     def run(self, fields: list[torch.Tensor]) -> list[torch.Tensor]:
         r = self.r
         r.reset_operand_unchecked(tuple(fields) if self.fields else fields[0])
-        if self.gpu:  # until GPU out= in device memory (#44): the engine-owned result, copied (one extra pass)
+        if self.gpu:  # the engine-owned result, copied (one extra pass): a fresh out= would be new in a capture
             self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
             res = r.execute()
             r.release_operand()  # keep no tensor alive (cudagraph trees refuse an untracked one in their pool)
@@ -332,7 +332,7 @@ class _Backward:
             r.reset_operand_unchecked(tuple(self._operands(rnd, grads)) if self.fields else self._operands(rnd, grads)[0])
             box = rnd.out_boxes[rank]
             outs = [torch.empty(geo.box_shape(box), dtype=g.dtype, device=g.device) for g in grads]
-            if r.memory_space == "cuda":  # until GPU out= in device memory (#44): the engine-owned result
+            if r.memory_space == "cuda":  # as _Forward.run's: the engine-owned result, copied
                 self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
                 res = r.execute()
                 r.release_operand()  # as _Forward.run's
@@ -461,8 +461,8 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
     ``options``: :class:`~redist.RedistributeOptions` or a dict (``result_layout``,
     ``allow_overlap``, ``transport``...); ``result_layout="auto"`` means "C" here.
 
-    The result is a new tensor written once by the exchange on the host (on GPUs one copy of
-    the engine-owned result, until GPU ``out=`` in ordinary device memory lands). Autograd: the
+    The result is a new tensor written once by the exchange on the host (on GPUs, for now, one
+    copy of the engine-owned result). Autograd: the
     gradient is the adjoint (the inverse redistribution for a partition, a sum into the owners
     where the output replicates); double backward works. Errors are redist's, the same on every
     rank; a call refused changes nothing.
