@@ -98,7 +98,27 @@ def _encode(dist, global_shape, rank: int, nranks: int) -> tuple[int, ...]:
         return (_BOX, *box.lower, *box.upper)
     if isinstance(dist, Slab):
         return (_SLAB, dist.partition_dim)
-    return (_BLOCKS, *dist.process_grid.shape)
+    return (_BLOCKS, *_grid_code(dist.process_grid))
+
+
+_EXPLICIT = -1  # a grid's rank order given as its process_array (no layout)
+
+
+def _grid_code(grid: ProcessGrid) -> tuple[int, ...]:
+    """A process grid as ints, rank order included: (layout, ndim, *shape), or (_EXPLICIT, ndim,
+    *shape, *ranks) with the ranks in row-major order of the grid's positions."""
+    shape = grid.shape
+    if grid.layout is not None:
+        return (int(grid.layout), len(shape), *shape)
+    return (_EXPLICIT, len(shape), *shape, *(int(r) for r in grid.process_array.ravel()))
+
+
+def _grid_decode(code: Sequence[int]) -> ProcessGrid:
+    order, n = code[0], code[1]
+    shape = tuple(code[2 : 2 + n])
+    if order == _EXPLICIT:
+        return ProcessGrid(process_array=np.asarray(code[2 + n :], dtype=np.int64).reshape(shape))
+    return ProcessGrid(shape, ProcessGrid.Layout(order))
 
 
 def _decode(code: Sequence[int]) -> Distribution:
@@ -106,7 +126,7 @@ def _decode(code: Sequence[int]) -> Distribution:
     if kind == _SLAB:
         return Slab(rest[0])
     if kind == _BLOCKS:
-        return BlockNonCyclic(ProcessGrid(rest))
+        return BlockNonCyclic(_grid_decode(rest))
     n = len(rest) // 2
     return Box(rest[:n], rest[n:])
 

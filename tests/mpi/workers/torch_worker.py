@@ -57,6 +57,12 @@ def cases():
         {"result_layout": (0, 2, 1)},
         {"global_shape": g},
     )
+    # unbound grids whose rank order is not row-major, without global_shape (resolved by the call)
+    col = ProcessGrid((2, 2, 1) if nranks == 4 else (1, nranks, 1), ProcessGrid.Layout.COL_MAJOR)
+    yield "blocks col-major inferred", g, Slab.X, BlockNonCyclic(col), {}, {}
+    reversed_ranks = np.arange(nranks)[::-1].reshape((2, 1, 2) if nranks == 4 else (nranks, 1, 1))
+    backwards = BlockNonCyclic(ProcessGrid(process_array=reversed_ranks))
+    yield "blocks rank array inferred", g, backwards, Slab.Z, {}, {}
     ins, outs = random_boxes(g, nranks, rng), random_boxes(g, nranks, rng)
     yield "random boxes (uneven, empty)", g, Box(*ins[rank]), Box(*outs[rank]), {"result_layout": "F"}, {}
     for _ in range(3):
