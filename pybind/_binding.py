@@ -14,10 +14,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ._operands import Operand, data_pointer, layout_signature, wrap
+from ._operands import SIGNATURES, Operand, data_pointer, wrap
 from ._state import _PLANNED, _State
 from .engine import collective
 from .engine.errors import InvalidValueError
+
+_READY = _State.READY  # (an enum member read through its class costs a descriptor call per use)
 
 #: address of element 0, per package, read anew (numpy's __setstate__ and torch's set_ move an array's data)
 _POINTER = {
@@ -92,7 +94,7 @@ class _Binding:
                 self._exe.bind_output(None)
                 self._outs[0] = None
             return self._result, None
-        again = self._again_hit(out)
+        again = self._again_hit(out) if self._out_again else None  # numpy only (_again)
         if again is not None:
             if not _holds(self._outs[0], out):  # a time loop's out= again, unchanged since a call took it: bind it
                 try:
@@ -141,15 +143,18 @@ class _Binding:
         """Check field ``field``'s ``out`` locally and bind it; its problem (None if fine) for the
         call's agreement. ``ranges`` (several fields) receives ``(field, lo, hi)``, the bytes it spans.
 
-        Objects checked before are kept (weakly) with their buffer and layout signature, so a loop
+        Objects checked before are kept (weakly) with their buffer and layout signature (and the
+        signature function of their package, checked then: no dispatch per call), so a loop
         that alternates between a few out= arrays re-checks only what can change: writability and
-        overlap with the operands; an object reshaped (or re-typed) in place since is checked anew.
+        overlap with the operands (not again while the operand addresses are those it was last found
+        clear of: its bytes and the operands' extents are fixed); an object reshaped (or re-typed) in
+        place since is checked anew.
         """
         try:
             hit = self._out_checked.get((id(out), field))
-            checked = hit is not None and hit[0]() is out and hit[1] == layout_signature(out)
+            checked = hit is not None and hit[0]() is out and hit[1] == hit[5](out)
             if checked:
-                _, _, buf, lo, hi = hit
+                buf, lo, hi, clear = hit[2], hit[3], hit[4], hit[6]
             else:
                 try:
                     op = wrap(out)
@@ -172,26 +177,31 @@ class _Binding:
                 lo, hi = buf.address_range()
                 if len(self._out_checked) >= 8 * self._nfields:
                     self._out_checked.clear()
+                signature = SIGNATURES[op.package]
+                clear = [None]  # [the operand addresses it was last found not to overlap]
                 try:
-                    self._out_checked[(id(out), field)] = (weakref.ref(out), layout_signature(out),
-                                                           dataclasses.replace(buf, owner=None), lo, hi)
+                    self._out_checked[(id(out), field)] = (weakref.ref(out), signature(out),
+                                                           dataclasses.replace(buf, owner=None), lo, hi,
+                                                           signature, clear)
                 except TypeError:  # an object without weak references: checked every time
                     pass
             if ranges is not None:
                 ranges.append((field, lo, hi))
-            if self._template.package == "numpy" and not out.flags.writeable:
+            numpy = self._template.package == "numpy"
+            if numpy and not out.flags.writeable:
                 return self._out_failed("out= is read-only", field)
-            if self._state is _State.READY:
+            if self._state is _READY and clear[0] != self._operand_ptrs:
                 for g, (p, (before, after)) in enumerate(zip(self._operand_ptrs, self._extents)):
                     if p is not None and lo < p + after and p + before < hi:
                         what = "the operand" if not self._fields else f"field {g}'s operand"
                         return self._out_failed(f"out= overlaps {what} (the exchange would read what it overwrites)",
                                                 field)
+                clear[0] = list(self._operand_ptrs)
             if not _holds(self._outs[field], out) or not checked:  # a new object, or this one changed in place
                 # host: the executable keeps the address only (the caller's object may go between calls)
                 self._exe.bind_output(buf if self._streams else dataclasses.replace(buf, owner=None), field)
                 self._outs[field] = _weak(out)
-            if ranges is None and self._state is _State.READY and self._template.package == "numpy":
+            if ranges is None and numpy and self._state is _READY:
                 self._again(out, buf)
             return None
         except Exception as e:  # noqa: BLE001 -- agreed on by the call

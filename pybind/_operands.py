@@ -22,7 +22,8 @@ from .engine import geometry as geo
 from .engine.buffer import Buffer
 from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
-__all__ = ["RawArray", "Operand", "as_array", "data_pointer", "layout_signature", "pointer_of", "package_of", "wrap"]
+__all__ = ["RawArray", "Operand", "SIGNATURES", "as_array", "data_pointer", "layout_signature", "pointer_of",
+           "package_of", "wrap"]
 
 
 class RawArray:
@@ -192,18 +193,40 @@ def data_pointer(array: np.ndarray) -> int:
     return _data_reader(array)
 
 
+def _numpy_signature(obj) -> tuple:  # its data too (__setstate__ moves it), and a record's names (settable)
+    return data_pointer(obj), obj.shape, obj.strides, obj.dtype, obj.dtype.names
+
+
+def _raw_signature(obj) -> tuple:
+    return obj.ptr, obj.shape, obj.strides, obj.itemsize, obj.memory, obj.device_id, obj.dtype, obj.readonly
+
+
+def _torch_signature(obj) -> tuple:
+    return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device
+
+
+def _cupy_signature(obj) -> tuple:
+    return obj.data.ptr, obj.shape, obj.strides, obj.dtype
+
+
+#: :func:`layout_signature` per package (:func:`package_of`'s names), without its dispatch: the hot
+#: path of an out= taken again, whose package was checked when its signature was first taken
+SIGNATURES = {"numpy": _numpy_signature, "raw": _raw_signature, "torch": _torch_signature,
+              "cupy": _cupy_signature}
+
+
 def layout_signature(obj) -> tuple:
     """What of ``obj`` can change in place without changing the object (numpy: shape, strides and
     dtype are settable, so are a record dtype's names, ``__setstate__`` moves the data; torch:
     ``resize_``/``set_`` also move the data; RawArray: every field):
     equal signatures of one object mean :func:`wrap` would describe it the same way."""
-    if isinstance(obj, np.ndarray):  # its data too (__setstate__ moves it), and a record's names (settable)
-        return data_pointer(obj), obj.shape, obj.strides, obj.dtype, obj.dtype.names
+    if isinstance(obj, np.ndarray):
+        return _numpy_signature(obj)
     if isinstance(obj, RawArray):
-        return obj.ptr, obj.shape, obj.strides, obj.itemsize, obj.memory, obj.device_id, obj.dtype, obj.readonly
+        return _raw_signature(obj)
     if package_of(obj) == "torch":
-        return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device
-    return obj.data.ptr, obj.shape, obj.strides, obj.dtype  # cupy
+        return _torch_signature(obj)
+    return _cupy_signature(obj)
 
 
 def pointer_of(obj, package: str) -> int:

@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The cache of out= objects checked before (pybind/_binding.py ``_out_checked``): an out= taken
+again skips the checks of what cannot change, yet an operand rebound onto its bytes, or an out=
+changed in place, is still refused (host backend, one rank, in a plain process: no launcher)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+_CODE = """
+import numpy as np, redist
+from redist import Redistribute, Slab
+pkg = {pkg!r}
+if pkg == "torch":
+    import torch
+    big = torch.arange(48, dtype=torch.float64)
+else:
+    big = np.arange(48, dtype=np.float64)
+a = big[:24].reshape(4, 6)
+with Redistribute(a, Slab.X, Slab.Y) as r:
+    r.plan()
+    ref = np.asarray(r.execute()).copy()
+    out = big[24:].reshape(4, 6)  # beside the operand, not overlapping it
+    for _ in range(3):
+        assert np.array_equal(np.asarray(r.execute(out=out)), ref)
+    r.reset_operand_unchecked(big[24:].reshape(4, 6))  # the operand is now out='s bytes
+    try:
+        r.execute(out=out)
+        raise SystemExit("an out= overlapping the operand rebound since was taken")
+    except redist.InvalidValueError as e:
+        assert "overlaps the operand" in str(e), e
+    r.reset_operand_unchecked(a)
+    assert np.array_equal(np.asarray(r.execute(out=out)), ref)  # clear of it again
+    if pkg == "torch":
+        out.resize_(3, 8)  # changed in place: checked anew
+    else:
+        out.shape = (3, 8)
+    try:
+        r.execute(out=out)
+        raise SystemExit("an out= reshaped in place was taken")
+    except redist.InvalidValueError as e:
+        assert "shape" in str(e), e
+print("cache ok")
+"""
+
+
+@pytest.mark.parametrize("pkg", ["numpy", "torch"])
+def test_cached_out_is_checked_against_a_rebound_operand(pkg):
+    if pkg == "torch":
+        pytest.importorskip("torch")
+    res = subprocess.run([sys.executable, "-c", _CODE.format(pkg=pkg)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "cache ok" in res.stdout, res.stdout + res.stderr
