@@ -79,7 +79,7 @@ class Context:
     _second: Any = field(default=None, repr=False)
     _heap: Any = field(default=None, repr=False)
     #: what wisdom keys hold of this job (engine/wisdom.py ``environment``: gathered once)
-    tune_environment: dict | None = field(default=None, repr=False)
+    tune_environment: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def rank(self) -> int:

@@ -37,7 +37,7 @@ __all__ = ["Entry", "FORMAT", "VERSION", "dumps", "environment", "forget", "key"
 FORMAT = "redist-wisdom"
 VERSION = 1
 #: the LowerOptions fields an entry may set, and their types (what a file may not go beyond)
-FIELDS = {"host_method": str, "transport": str, "signal": str, "vector_bytes": int, "push_landing_max": int}
+FIELDS: dict[str, type] = {"host_method": str, "transport": str, "signal": str, "vector_bytes": int, "push_landing_max": int}
 
 Times = tuple[tuple[str, "float | None", str], ...]
 

@@ -40,7 +40,7 @@ def _comm():
     return _runtime.context().engine
 
 
-def import_wisdom(path: str | os.PathLike, /) -> int:
+def import_wisdom(path: str | os.PathLike[str], /) -> int:
     """Collective: add the entries of the wisdom file ``path`` (read on rank 0) to every rank's
     wisdom; how many were added. A missing, unreadable or corrupt file, and stale or foreign entries,
     are logged as warnings and ignored (0 entries from a bad file); never an error on content."""
@@ -69,7 +69,7 @@ def import_wisdom(path: str | os.PathLike, /) -> int:
     return len(kept)
 
 
-def export_wisdom(path: str | os.PathLike, /) -> int:
+def export_wisdom(path: str | os.PathLike[str], /) -> int:
     """Collective: write this job's wisdom (rank 0's) to ``path`` atomically; how many entries.
     A path that cannot be written raises InvalidValueError on every rank."""
     comm = _comm().comm

@@ -36,7 +36,7 @@ from ._blocks import BlockNonCyclic, ProcessGrid
 from ._distributions import Box, Distribution, Slab
 from ._options import RedistributeOptions
 from ._plan_cache import DEFAULT_MAXSIZE, PlanCache
-from ._redistribute import Redistribute
+from ._redistribute import DistributionLike, Redistribute
 from ._resolve import resolve_boxes
 from .engine import collective
 from .engine import geometry as geo
@@ -466,9 +466,10 @@ _redistribute_op.register_vmap(_refuse_vmap)
 _adjoint_op.register_vmap(_refuse_vmap)
 
 
-def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution, output_distribution, *,
-                 global_shape: Sequence[int] | None = None,
-                 options: RedistributeOptions | dict[str, Any] | None = None):
+def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution: DistributionLike,
+                 output_distribution: DistributionLike, *, global_shape: Sequence[int] | None = None,
+                 options: RedistributeOptions | dict[str, Any] | None = None
+                 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """Collective: this rank's box of ``output_distribution``, as a fresh tensor, differentiable.
 
     ``t``: this rank's box of ``input_distribution`` (any strides; a tuple or list of tensors of

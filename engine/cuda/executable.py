@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -93,7 +93,7 @@ class CudaExecutable(Bindings, OutLayouts, CapturedCopies):
 
     def __init__(self, plan: Plan | FusedPlan, rt: Runtime, ll: LaunchList, funcs: dict[str, dict[int, int]], *,
                  serial: int, blocking: bool = False, logger: logging.Logger | None = None,
-                 relower: tuple | None = None, shared_result: int = 0) -> None:
+                 relower: tuple[Any, ...] | None = None, shared_result: int = 0) -> None:
         self.plan, self.rt, self.launch_list, self._logger = plan, rt, ll, logger
         self._fields = (plan if isinstance(plan, FusedPlan) else fuse([plan])).fields
         self.nfields: int = len(self._fields)

@@ -370,7 +370,7 @@ class KernelLaunch:
         self.vec: int = max(self.funcs)
         from .kernels import MAXF, MAXO
 
-        self.a_bases = (ctypes.c_int64 * (MAXF + MAXO))()  # in_base[MAXF] then out_delta[MAXO]
+        self.a_bases: ctypes.Array[ctypes.c_int64] = (ctypes.c_int64 * (MAXF + MAXO))()  # in_base[MAXF] then out_delta[MAXO]
         self._maxf = MAXF
         self.a_table: ctypes.c_void_p = ctypes.c_void_p(table_ptr)
         self.a_nsegs: ctypes.c_int = ctypes.c_int(nsegs)

@@ -238,7 +238,7 @@ def pack_table(rows: list[dict[str, Any]]) -> np.ndarray:
     return tab
 
 
-def tile_axis(row_bytes: int, outer, sstride, dstride) -> int | None:
+def tile_axis(row_bytes: int, outer: Sequence[int], sstride: Sequence[int], dstride: Sequence[int]) -> int | None:
     """The outer dimension a segment is transposed over, or None (copied row by row).
 
     A segment of one-element rows (``row_bytes`` a vector width) whose innermost outer dimension
@@ -256,7 +256,7 @@ def tile_axis(row_bytes: int, outer, sstride, dstride) -> int | None:
     return None
 
 
-def tile_count(outer, ta: int, row_bytes: int) -> int:
+def tile_count(outer: Sequence[int], ta: int, row_bytes: int) -> int:
     """Tiles of a transposing segment: squares over dimension ``ta`` and the innermost, times
     every index of the other dimensions."""
     rest = math.prod(e for k, e in enumerate(outer[:-1]) if k != ta)

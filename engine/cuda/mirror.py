@@ -52,7 +52,7 @@ class MirrorExecutable:
         self._result_bytes = np.empty(max(self._out_bytes, 1), np.uint8)
         self.result = Buffer(self._result_bytes.ctypes.data, plan.out_shape, plan.out_strides, plan.itemsize, "cpu",
                              owner=self._result_bytes)
-        self.results = (self.result,)
+        self.results: tuple[Buffer, ...] = (self.result,)
         self._out_ptr = self.result.ptr
 
     # -- binding ---------------------------------------------------------------------------------

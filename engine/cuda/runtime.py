@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from mpi4py import MPI
 
+    from .user_memory import DriverMemory
+
 __all__ = ["Runtime", "current", "is_started", "resolve_device", "start", "stop", "visible_devices"]
 
 _log = logging.getLogger("redist.cuda")
@@ -118,7 +120,7 @@ class Runtime:
         self.anchor = 0
         self.stopped = False
         self.shared_gpu = False  # several ranks on this GPU (set by start())
-        self.memory_api = None  # user_memory.DriverMemory (out= in any device memory), made on first use
+        self.memory_api: DriverMemory | None = None  # user_memory.DriverMemory (out= in any device memory), made on first use
 
     # -- bring-up (collective) -------------------------------------------------------------------
 
@@ -539,6 +541,7 @@ def stop(finalize_nvshmem: bool = False) -> None:
 
 
 def current() -> Runtime:
+    """The started runtime of this process (raises NotInitializedError when none is)."""
     rt = _rt
     if rt is None or rt.stopped:
         raise NotInitializedError(

@@ -274,17 +274,21 @@ class Outputs:
 
     def __init__(self, rt: Any, nfields: int, push_to: Sequence[int], push_from: Sequence[int],
                  results: Sequence[Any], peer_out: dict[int, int], field_offsets: Sequence[int]) -> None:
-        self.rt, self.nfields = rt, nfields
-        self.push_to, self.push_from = tuple(push_to), tuple(push_from)
-        self.results, self.peer_out, self.field_offsets = results, peer_out, tuple(field_offsets)
-        self.shared = not slots_fit(nfields, len(push_to))  # one output slot per field (too many destinations)
+        self.rt: Any = rt
+        self.nfields: int = nfields
+        self.push_to: tuple[int, ...] = tuple(push_to)
+        self.push_from: tuple[int, ...] = tuple(push_from)
+        self.results: Sequence[Any] = results
+        self.peer_out: dict[int, int] = peer_out
+        self.field_offsets: tuple[int, ...] = tuple(field_offsets)
+        self.shared: bool = not slots_fit(nfields, len(push_to))  # one output slot per field (too many destinations)
         self.descs: list[OutDesc] = [RESULT] * nfields  # this rank's, as bound
         self.agreed: list[OutDesc] = [RESULT] * nfields  # as last routed
         self.bufs: list[Any] = [None] * nfields  # the bound outputs (None: the result)
         self.land: list[Any] = [None] * nfields  # the bound outputs that take the landing route
-        self.landing_anywhere = False  # some rank's output lands (writers then always wait for credits)
+        self.landing_anywhere: bool = False  # some rank's output lands (writers then always wait for credits)
         self.watch: list[int] = []  # fields whose output peers store into: buffer id checked per call
-        self.text = ""  # the routes, for describe() and the logger
+        self.text: str = ""  # the routes, for describe() and the logger
         nranks = rt.nranks
         self._reg: list[dict[tuple, int]] = [{_key(self.descs): 0} for _ in range(nranks)]  # key -> index
         self._reg_descs: list[list[list[OutDesc]]] = [[list(self.descs)] for _ in range(nranks)]
@@ -351,7 +355,7 @@ class Outputs:
         base, handle, why = known
         return OutDesc("private", buf.ptr - base, bid, None, why, planned, handle is not None)
 
-    def problem(self, buf: Any, planned_strides: tuple) -> str | None:
+    def problem(self, buf: Any, planned_strides: tuple[int, ...]) -> str | None:
         """Why device memory off the symmetric heap cannot be this rank's output (None: it can)."""
         api = memory_api(self.rt)
         if not api.buffer_id(buf.ptr):
@@ -391,7 +395,7 @@ class Outputs:
             self._look_up()
         return None
 
-    def payload(self, capture: bool) -> tuple:
+    def payload(self, capture: bool) -> tuple[list[OutDesc], bool, tuple[int, ...]]:
         """What this rank tells the others when some rank's outputs changed: its descriptions with
         their allocations' IPC handles (exported once per allocation, never inside a capture, which
         :meth:`route` refuses anyway), whether it has one slot per field, who stores into it."""
@@ -405,7 +409,7 @@ class Outputs:
             descs.append(desc)
         return descs, self.shared, self.push_from
 
-    def register(self, every: Sequence[tuple], capture: bool) -> tuple[list[int], dict[int, int]]:
+    def register(self, every: Sequence[tuple[Any, ...]], capture: bool) -> tuple[list[int], dict[int, int]]:
         """Collective (every rank, every rank's :meth:`payload`): register the outputs some rank has
         not used before -- this rank maps the private ones it stores into, the ranks agree on those
         some writer could not map -- then route the selection (:meth:`select`)."""

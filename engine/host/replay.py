@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -103,7 +103,7 @@ def copy_words(pairs: Sequence[tuple[np.ndarray, np.ndarray]], starts: Sequence[
     return [count, *out]
 
 
-def words(MPI, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code: int,
+def words(MPI: Any, first: Sequence[MPI.Prequest], nothers: int, tag_base: int, code: int,
           arrival_recvs: Sequence[MPI.Prequest], arrival_sends: Sequence[MPI.Prequest],
           finish: Sequence[MPI.Prequest], phases: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
           operands: Sequence[int], lazy: bool, checks: Sequence[tuple[int, int]] = (),
