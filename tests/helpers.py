@@ -407,6 +407,17 @@ class Report:
         return 1 if flat else 0
 
 
+def run_report_mode(comm, modes: dict) -> int:
+    """Collective: a worker's entry -- run ``modes[sys.argv[1]](report)``, an exception a failure of
+    this rank; :meth:`Report.finish`'s exit code."""
+    report = Report(comm)
+    try:
+        modes[sys.argv[1]](report)
+    except Exception:  # noqa: BLE001
+        report.exception(sys.argv[1])
+    return report.finish()
+
+
 # --- the C ABI ------------------------------------------------------------------------------
 # Used by tests/cabi and perf/bench_cabi.py: the library built once per process and directory,
 # C and Fortran programs compiled against it. The examples are the installed package's

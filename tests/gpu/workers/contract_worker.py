@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from helpers import Report, global_values, sl  # noqa: E402
+from helpers import Report, global_values, run_report_mode, sl  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -213,14 +213,5 @@ MODES = {"failed": run_failed, "out": run_out, "reshaped": run_reshaped, "torch-
          "lifetime": run_lifetime, "fresh-mixed": run_fresh_mixed}
 
 
-def main() -> int:
-    report = Report(comm)
-    try:
-        MODES[sys.argv[1]](report)
-    except Exception:  # noqa: BLE001
-        report.exception(sys.argv[1])
-    return report.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_report_mode(comm, MODES))

@@ -31,7 +31,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from helpers import Report, global_values, sl  # noqa: E402
+from helpers import Report, global_values, run_report_mode, sl  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -448,14 +448,5 @@ def run_expandable(report: Report) -> None:
 MODES = {"allocators": run_allocators, "capture": run_capture, "bad": run_bad, "expandable": run_expandable}
 
 
-def main() -> int:
-    report = Report(comm)
-    try:
-        MODES[sys.argv[1]](report)
-    except Exception:  # noqa: BLE001
-        report.exception(sys.argv[1])
-    return report.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_report_mode(comm, MODES))
