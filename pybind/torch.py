@@ -23,6 +23,7 @@ collective does. Importing ``redist`` does not import torch; importing ``redist.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import threading
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -151,6 +152,20 @@ def _plain(dist) -> tuple:
     if isinstance(dist, tuple) and len(dist) == 2:  # (lower, upper)
         return ("box", *dist)
     return ("other", type(dist).__name__)
+
+
+def _static(plain):
+    """``plain`` with every int specialised (``operator.index``): when a compiled function is called
+    again with other sizes, Dynamo recompiles with the ints it saw change as symbols, which
+    assume_constant_result cannot take; the index makes it guard on each value instead (one graph
+    per size, as each size is its own plan)."""
+    if isinstance(plain, bool) or not isinstance(plain, (int, tuple, list, dict)):
+        return plain
+    if isinstance(plain, int):
+        return operator.index(plain)
+    if isinstance(plain, dict):
+        return {k: _static(v) for k, v in plain.items()}
+    return type(plain)(_static(v) for v in plain)
 
 
 def _rebuild(plain: tuple):
@@ -498,7 +513,7 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
         tensors = [torch.empty(0)]
     else:
         g = None if global_shape is None else tuple(global_shape)
-        codes = _resolve(_plain(input_distribution), _plain(output_distribution), g, _plain_options(options),
+        codes = _resolve(*_static((_plain(input_distribution), _plain(output_distribution), g, _plain_options(options))),
                          tensors[0].dim())
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
     out = torch.ops.redist.redistribute(tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad)

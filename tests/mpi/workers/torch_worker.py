@@ -273,6 +273,44 @@ def compiled():
             torch.equal(got, want) and got.stride() == want.stride(),
             f"compiled with result_layout={layout!r} set in place: eager's values and strides",
         )
+    sizes_change()
+
+
+def sizes_change():
+    """One compiled function called with other global sizes (distributions bound anew, boxes, a
+    global_shape argument): a graph per size with the values and gradients of eager (Dynamo makes the
+    ints it saw change symbolic on recompiling; the planning must still get them as constants)."""
+    backend = {"mode": "reduce-overhead"} if GPU else {"backend": "aot_eager"}
+
+    def bound(a, i, o):
+        return rt.redistribute(a, i, o)
+
+    def shaped(a, shape):
+        return rt.redistribute(a, Slab.X, Slab.Y, global_shape=shape)
+
+    fast_bound = torch.compile(bound, fullgraph=True, **backend)
+    fast_shaped = torch.compile(shaped, fullgraph=True, **backend)
+    for g in ((8, 6, 4), (11, 7, 5), (6, 9, 3)):
+        x = piece(global_values(g, np.float64), Slab.X.box(rank, g, nranks=nranks).as_tuple())
+        boxes = Slab.X.box(rank, g, nranks=nranks), Slab.Z.box(rank, g, nranks=nranks)
+        calls = {
+            "bound": (fast_bound, bound, (Slab.X.bind(g), Slab.Y.bind(g)), Slab.Y),
+            "boxes": (fast_bound, bound, boxes, Slab.Z),
+            "global_shape": (fast_shaped, shaped, (g,), Slab.Y),
+        }
+        for label, (fast, eager, args, out) in calls.items():
+            want = torch.from_numpy(global_values(g, np.float64)[sl(out.box(rank, g, nranks=nranks).as_tuple())])
+            try:
+                got = fast(x, *args)
+                (grad,) = torch.autograd.grad((got * got).sum(), x)
+                (grad_eager,) = torch.autograd.grad((eager(x, *args) ** 2).sum(), x)
+            except Exception as e:  # noqa: BLE001
+                report.fail(f"sizes change, {label}, {g}: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            report.check(
+                torch.equal(got.detach().cpu(), want) and torch.equal(grad, grad_eager),
+                f"sizes change, {label}, {g}: eager's values and gradient",
+            )
 
 
 def bad():
