@@ -7,12 +7,15 @@ is marked as a fragment on the line before its fence::
     <!-- fragment: why it cannot run alone -->
 
 A block that needs a GPU says so there, ``<!-- needs: gpu -->``: it runs on one rank where a GPU
-is visible (the lent GPU machines) and skips elsewhere. Shell blocks (commands) and text blocks (output) are not run. The README is also what PyPI shows,
+is visible (the lent GPU machines) and skips elsewhere; one that needs an optional extra says
+which, ``<!-- needs: torch -->`` (or ``jax``), and skips where it is not installed (the Open MPI
+leg of .ci/run installs none). Shell blocks (commands) and text blocks (output) are not run. The README is also what PyPI shows,
 away from the repository: it must have no relative links.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from dataclasses import dataclass
@@ -36,7 +39,7 @@ class Block:
     language: str
     code: str
     fragment: str | None  # the reason given, or None for a runnable block
-    gpu: bool = False  # runs only where a GPU is visible
+    needs: str | None = None  # "gpu" (runs only where a GPU is visible) or an optional module
 
     @property
     def id(self) -> str:
@@ -57,7 +60,7 @@ def blocks(page: Path) -> list[Block]:
         if language in LANGUAGES:
             before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
             marked = re.match(r"^<!--\s*fragment\b:?\s*(.*?)\s*-->$", before.strip())
-            gpu = re.match(r"^<!--\s*needs:\s*gpu\s*-->$", before.strip()) is not None
+            needs = re.match(r"^<!--\s*needs:\s*(gpu|torch|jax)\s*-->$", before.strip())
             out.append(
                 Block(
                     page,
@@ -65,7 +68,7 @@ def blocks(page: Path) -> list[Block]:
                     language,
                     "\n".join(lines[i + 1 : end]) + "\n",
                     (marked.group(1) or "fragment") if marked else None,
-                    gpu,
+                    needs.group(1) if needs else None,
                 )
             )
         i = end + 1
@@ -85,6 +88,18 @@ def test_the_pages_have_runnable_blocks():
     assert compiled == {"c", "fortran"}, compiled
     assert {b.language for b in RUNNABLE} == set(LANGUAGES)
     assert all(b.fragment for b in ALL if b not in RUNNABLE)
+
+
+def test_blocks_name_the_extras_they_import():
+    """A runnable block that imports torch or JAX is marked ``needs:`` (else the legs without the
+    extras, such as .ci/run's Open MPI one, fail on the import rather than skip)."""
+    unmarked = [
+        b.id
+        for b in RUNNABLE
+        for module in ("torch", "jax")
+        if b.needs not in (module, "gpu") and re.search(rf"^\s*(import|from)\s+{module}\b", b.code, re.M)
+    ]
+    assert not unmarked, f"blocks importing an optional extra without <!-- needs: ... -->: {unmarked}"
 
 
 def test_the_readme_stays_an_entry_page():
@@ -119,9 +134,11 @@ def cabi(tmp_path_factory):
 @pytest.mark.mpi
 @pytest.mark.parametrize("block", [b for b in RUNNABLE if b.language == "python"], ids=lambda b: b.id)
 def test_python_block_runs(block, tmp_path):
-    if block.gpu and helpers.gpu_count() == 0:
+    if block.needs == "gpu" and helpers.gpu_count() == 0:
         pytest.skip("needs a GPU")
-    nprocs = 1 if block.gpu else NPROCS
+    if block.needs not in (None, "gpu") and importlib.util.find_spec(block.needs) is None:
+        pytest.skip(f"needs {block.needs} (an optional extra), not installed")
+    nprocs = 1 if block.needs == "gpu" else NPROCS
     script = tmp_path / "block.py"
     script.write_text(block.code)
     res = helpers.mpi(nprocs, sys.executable, script, timeout=180)
