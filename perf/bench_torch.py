@@ -13,6 +13,8 @@ medians after one warm-up call each):
 * eager      -- ``redist.torch.redistribute(x, X, Y)`` (the plan cache's lookup, the op, a fresh output)
 * compiled   -- the same call inside ``torch.compile(fullgraph=True)`` (``--backend``)
 * fwd+bwd    -- a pencil transpose (BlockNonCyclic (P,1,1) -> (1,P,1)) forward, then ``backward``
+                into a cleared ``.grad`` (as after ``optimizer.zero_grad()``, whose default sets it to
+                None: autograd then keeps the gradient tensor, with no accumulating pass)
 * fwd        -- the same forward alone (ratio fwd+bwd / fwd)
 * dtensor    -- ``DTensor.redistribute`` Shard(0) -> Shard(1) on a gloo process group (pad, all_to_all,
                 unpad); its result is compared with redist's (the same values, exactly)
@@ -84,6 +86,7 @@ def main():
                 return redist.torch.redistribute(xp, a, b)
 
         def fwd_bwd():
+            xp.grad = None
             redist.torch.redistribute(xp, a, b).backward(seed)
 
         variants = {"execute": execute, "eager": eager, "compiled": compiled, "fwd": fwd, "fwd+bwd": fwd_bwd}
