@@ -14,6 +14,9 @@ A float64 N^3 array goes Slab.X -> Slab.Y. Rows, per size (one run, the same MPI
   does into a buffer XLA handed over before (the jitted row below gets the same buffer back);
 * ``jax.jit redistribute``: ``jax.jit(lambda a: redist.jax.redistribute(a, Slab.X, Slab.Y))``,
   ``block_until_ready()`` per call;
+* ``jax.jit copy (floor)``: a jitted copy of the same bytes into a fresh array (what any jitted
+  function that returns this rank's y-slab costs JAX: dispatch, and XLA's fresh output, whose
+  pages a large one faults in on every call);
 * ``mpi4jax alltoall+pack``: jitted: pad the x-slab to equal blocks, split along y into P blocks
   (reshape/transpose: the packing), ``mpi4jax.alltoall``, unpack (concatenate along x, unpad)
   -- only for sizes P divides, and only where mpi4jax imports (else the row says why).
@@ -76,6 +79,18 @@ def mpi4jax_variant(n: int, rank: int, nranks: int, comm):
     return jax.jit(transpose), None
 
 
+def copy_of_output(rank: int, nranks: int, shape):
+    """The exchange replaced by a copy of the same bytes (this rank's y-slab's), which XLA keeps."""
+    out_shape = Slab.Y.box(rank, shape, nranks=nranks).box_shape
+
+    def copy(a):
+        if nranks > 1:
+            a = a.reshape(-1)[: int(np.prod(out_shape))].reshape(out_shape)
+        return jax.lax.optimization_barrier(jnp.copy(a))
+
+    return copy
+
+
 def timed(comm, fn) -> float:
     comm.Barrier()
     t0 = MPI.Wtime()
@@ -94,14 +109,8 @@ def step_rows(n: int, rank: int, nranks: int, comm, args) -> None:
         a = move(a)
         return jnp.fft.ifft(jnp.fft.fft(a, axis=0) * 0.5, axis=0)
 
-    def copy(a):
-        if nranks > 1:  # the same bytes as this rank's y-slab
-            a = a.reshape(-1)[: int(np.prod(Slab.Y.box(rank, shape, nranks=nranks).box_shape))]
-            a = a.reshape(Slab.Y.box(rank, shape, nranks=nranks).box_shape)
-        return jax.lax.optimization_barrier(jnp.copy(a))
-
     variants = {"step: redistribute": jax.jit(lambda a: step(a, lambda v: redist.jax.redistribute(v, Slab.X, Slab.Y))),
-                "step: copy": jax.jit(lambda a: step(a, copy))}
+                "step: copy": jax.jit(lambda a: step(a, copy_of_output(rank, nranks, shape)))}
     for f in variants.values():
         f(x).block_until_ready()
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -146,11 +155,13 @@ def main() -> None:
         r.plan()
         out = np.empty(want.shape)
         f = jax.jit(lambda v: redist.jax.redistribute(v, Slab.X, Slab.Y))
+        floor = jax.jit(copy_of_output(rank, nranks, shape))
         variants = {
             "execute()": lambda: r.execute(),
             "execute()+copy": lambda: np.copyto(out, r.execute()),
             "execute(out=same)": lambda: r.execute(out=out),
             "jax.jit redistribute": lambda: f(x).block_until_ready(),
+            "jax.jit copy (floor)": lambda: floor(x).block_until_ready(),
         }
         m4j, why = mpi4jax_variant(n, rank, nranks, comm)
         if m4j is not None:
