@@ -6,7 +6,10 @@
 same list in the same order on every rank, the heuristic's own pick first); each candidate is a
 set of :class:`~redist.engine.backend.LowerOptions` fields (the host method; on GPUs transport x
 signal x kernel variant). Every candidate is lowered, warmed up (:data:`WARMUP` calls) and timed
-(:data:`REPS` calls) on every rank, in order; the candidate's time is the *slowest rank's median*
+(:func:`repetitions`: :data:`REPS` calls, more for short calls, about :data:`SLICE` seconds of them)
+on every rank -- host candidates side by side, one call of each per round
+(:func:`measure_interleaved`, while their results fit :data:`INTERLEAVE_BYTES`), device ones in
+order (:func:`measure`); the candidate's time is the *slowest rank's median*
 (every rank gathers every rank's median), the minimum wins (ties: the earlier candidate), and the
 choice every rank lowers is rank 0's, so ranks never pick different routes. A candidate the
 backend refuses (raised on every rank by its lowering) is recorded as refused. The time spent is
@@ -24,9 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -42,10 +46,14 @@ from .plan import FusedPlan, Plan
 if TYPE_CHECKING:
     from .backend import Context, Executable, LowerOptions
 
-__all__ = ["Candidate", "REPS", "TUNE_MODES", "Tuning", "WARMUP", "lower", "measure"]
+__all__ = ["Candidate", "INTERLEAVE_BYTES", "MAX_REPS", "REPS", "SLICE", "TUNE_MODES", "Tuning", "WARMUP", "lower",
+           "measure", "measure_interleaved", "repetitions"]
 
 WARMUP = 2  # untimed calls per candidate (first-call set-up: graphs, replays, request caches)
-REPS = 5  # timed calls per candidate; its time is the median of these (the slowest rank's)
+REPS = 9  # timed calls per candidate at least; its time is the median of these (the slowest rank's)
+MAX_REPS = 200  # and at most: short calls are timed over about SLICE seconds each (repetitions)
+SLICE = 2e-3  # seconds of timed calls a short candidate gets (its median is noise below that)
+INTERLEAVE_BYTES = 1 << 30  # host candidates are timed side by side while all their results fit this (per rank)
 DEFAULT_BUDGET = 10.0  # seconds of measuring per plan() (RedistributeOptions.tune_budget)
 
 #: tests inject a deterministic clock here: ``timer(label, seconds) -> seconds`` is what one timed
@@ -100,56 +108,143 @@ def _host_arrays(plan: Plan | FusedPlan, side: str) -> list[Buffer]:
     return bufs
 
 
-def _time_candidate(exe: Executable, inputs: Sequence[Buffer], outs: Sequence[Buffer],
+def _result_bytes(plan: Plan | FusedPlan) -> int:
+    """The bytes of this rank's results (every field's), as each executable of ``plan`` holds them."""
+    spans = (byte_extent(p.out_shape, p.out_strides, p.itemsize) for p in
+             (plan.fields if isinstance(plan, FusedPlan) else (plan,)))
+    return sum(hi - lo for lo, hi in spans)
+
+
+def repetitions(call: float) -> int:
+    """Timed calls for a candidate whose (slowest rank's) warm-up call took ``call`` seconds: enough
+    to fill :data:`SLICE`, within [:data:`REPS`, :data:`MAX_REPS`]."""
+    if call <= 0:
+        return MAX_REPS
+    return max(REPS, min(MAX_REPS, math.ceil(SLICE / call)))
+
+
+def _time_candidate(comm: Any, exe: Executable, inputs: Sequence[Buffer], outs: Sequence[Buffer],
                     label: str) -> tuple[float, float]:
     """Collective: warm up and time ``exe`` (every call agreed as execute() agrees), into ``outs``
-    where given: (this rank's median, seconds this rank counts as spent)."""
+    where given: (this rank's median, seconds this rank counts as spent). Every rank makes the same
+    number of calls: :func:`repetitions` of the slowest rank's last warm-up call."""
     for f, buf in enumerate(inputs):
         exe.bind_input(buf, f)
     for f, buf in enumerate(outs):
         exe.bind_output(buf, f)
-    spent = 0.0
+    spent = dt = 0.0
     for _ in range(WARMUP):
-        t0 = time.perf_counter()
-        exe.execute(0)
-        dt = time.perf_counter() - t0
-        spent += dt if timer is None else timer(label, dt)
-    times = []
-    for _ in range(REPS):
-        t0 = time.perf_counter()
-        exe.execute(0)
-        dt = time.perf_counter() - t0
-        times.append(dt if timer is None else timer(label, dt))
+        dt = _call(exe, label)
+        spent += dt
+    times = [_call(exe, label) for _ in range(repetitions(max(collective.agree(comm, None, dt))))]
     return statistics.median(times), spent + sum(times)
 
 
+def _call(exe: Executable, label: str) -> float:
+    t0 = time.perf_counter()
+    exe.execute(0)
+    dt = time.perf_counter() - t0
+    return dt if timer is None else timer(label, dt)
+
+
+Table = tuple[tuple[str, float | None, str], ...]  # per candidate: label, slowest rank's median, note
+
+
+class _Record:
+    """What a measurement has so far: the table's rows and the slowest rank's seconds spent."""
+
+    def __init__(self, budget: float) -> None:
+        self.rows: list[tuple[str, float | None, str]] = []
+        self.spent, self.budget = 0.0, budget
+
+    def admitted(self, candidates: Sequence[Candidate]) -> Iterator[Candidate]:
+        """The candidates in order while the budget lasts (the first always); the rest recorded as skipped."""
+        for i, cand in enumerate(candidates):
+            if i > 0 and self.spent >= self.budget:
+                self.rows += [(c.label, None, "skipped: budget") for c in candidates[i:]]
+                return
+            yield cand
+
+    def refused(self, cand: Candidate, e: Exception) -> None:
+        self.rows.append((cand.label, None, f"refused: {str(e).splitlines()[0][:120]}"))
+
+    def answer(self, comm: Any) -> tuple[str | None, Table, float]:
+        """Collective: (rank 0's choice -- the fastest, ties to the earlier -- or None, the table, spent)."""
+        timed = [(t, k) for k, (_, t, _) in enumerate(self.rows) if t is not None]
+        mine = self.rows[min(timed)[1]][0] if timed else None
+        return collective.agree(comm, None, mine)[0], tuple(self.rows), self.spent
+
+
+def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: Callable[[Candidate], Executable],
+                        inputs: Sequence[Buffer], outs: Sequence[Buffer],
+                        budget: float) -> tuple[str | None, Table, float]:
+    """Collective: :func:`measure`'s answer, with every candidate lowered at once and timed in rounds
+    (one call of each per round): each then runs with the caches as the others leave them, as a
+    time step's exchange does, rather than warm from its own previous call (which favours other
+    routes: perf/RESULTS.md, #47). The budget is checked between lowerings, then bounds the rounds
+    (at least one); :data:`WARMUP` rounds first, then :func:`repetitions` of the slowest
+    candidate's (slowest rank's) warm-up call."""
+    record = _Record(budget)
+    live: list[tuple[int, Candidate, Executable]] = []
+    try:
+        for cand in record.admitted(candidates):
+            t0 = time.perf_counter()
+            try:
+                exe = lower_one(cand)
+            except (NotSupportedError, InvalidValueError) as e:  # raised on every rank by the agreement
+                record.refused(cand, e)
+            else:
+                for f, buf in enumerate(inputs):
+                    exe.bind_input(buf, f)
+                for f, buf in enumerate(outs):
+                    exe.bind_output(buf, f)
+                live.append((len(record.rows), cand, exe))
+                record.rows.append((cand.label, None, ""))
+            record.spent += max(collective.agree(comm, None, time.perf_counter() - t0 if timer is None else 0.0))
+        if live:
+            warm = [0.0] * len(live)
+            for _ in range(WARMUP):
+                warm = [_call(exe, cand.label) for _, cand, exe in live]
+            every = collective.agree(comm, None, warm)
+            slowest = [max(w[k] for w in every) for k in range(len(live))]
+            record.spent += WARMUP * sum(slowest)
+            rounds = repetitions(max(slowest))
+            if sum(slowest) > 0:  # the budget left, in rounds (the slowest rank's warm-up as the estimate)
+                rounds = max(1, min(rounds, int((budget - record.spent) / sum(slowest))))
+            times: list[list[float]] = [[] for _ in live]
+            for _ in range(rounds):
+                for k, (_, cand, exe) in enumerate(live):
+                    times[k].append(_call(exe, cand.label))
+            every = collective.agree(comm, None, ([statistics.median(t) for t in times], sum(map(sum, times))))
+            record.spent += max(used for _, used in every)
+            for k, (row, cand, _) in enumerate(live):
+                record.rows[row] = (cand.label, max(medians[k] for medians, _ in every), "")
+    finally:
+        for _, _, exe in live:
+            exe.free()
+    return record.answer(comm)
+
+
 def measure(comm: Any, candidates: Sequence[Candidate], run: Callable[[Candidate], tuple[float, float]],
-            budget: float) -> tuple[str | None, tuple[tuple[str, float | None, str], ...], float]:
+            budget: float) -> tuple[str | None, Table, float]:
     """Collective: time every candidate in order with ``run`` (-> this rank's median, seconds
     spent; a refusal raises the same redist error on every rank) until the slowest rank has spent
     ``budget`` seconds. Returns (rank 0's choice or None when nothing could be measured, the table,
     the slowest rank's seconds spent), the same on every rank."""
-    table: list[tuple[str, float | None, str]] = []
-    spent = 0.0
-    for i, cand in enumerate(candidates):
-        if i > 0 and spent >= budget:
-            table += [(c.label, None, "skipped: budget") for c in candidates[i:]]
-            break
+    record = _Record(budget)
+    for cand in record.admitted(candidates):
         t0 = time.perf_counter()
         try:
             median, used = run(cand)
         except (NotSupportedError, InvalidValueError) as e:  # raised on every rank by the agreement
             spent_here = time.perf_counter() - t0
-            table.append((cand.label, None, f"refused: {str(e).splitlines()[0][:120]}"))
-            spent += max(collective.agree(comm, None, spent_here if timer is None else 0.0))
+            record.refused(cand, e)
+            record.spent += max(collective.agree(comm, None, spent_here if timer is None else 0.0))
             continue
         every = collective.agree(comm, None, (median, used if timer is not None else time.perf_counter() - t0))
-        table.append((cand.label, max(m for m, _ in every), ""))
-        spent += max(s for _, s in every)
-    timed = [(t, k) for k, (_, t, _) in enumerate(table) if t is not None]
-    mine = table[min(timed)[1]][0] if timed else None  # ties: the earlier candidate
-    chosen = collective.agree(comm, None, mine)[0]  # rank 0 decides
-    return chosen, tuple(table), spent
+        record.rows.append((cand.label, max(m for m, _ in every), ""))
+        record.spent += max(s for _, s in every)
+    return record.answer(comm)
 
 
 def _from_wisdom(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: ModuleType,
@@ -187,15 +282,23 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
             inputs = _host_arrays(plan, "in")
         outs = _host_arrays(plan, "out") if options.tune_out and options.backend == "host" else []
 
+        def lower_one(cand: Candidate) -> Executable:
+            return module.lower(plan, ctx, cand.options(options, blocking=True, logger=None))
+
         def run(cand: Candidate) -> tuple[float, float]:
-            exe = module.lower(plan, ctx, cand.options(options, blocking=True, logger=None))
+            exe = lower_one(cand)
             try:
-                return _time_candidate(exe, inputs, outs, cand.label)
+                return _time_candidate(comm, exe, inputs, outs, cand.label)
             finally:
                 exe.free()
 
         candidates = module.candidates(plan, ctx, options)  # the same list on every rank
-        chosen, times, spent = measure(comm, candidates, run, options.tune_budget)
+        # host routes side by side while their results fit INTERLEAVE_BYTES (device ones, one at a time)
+        held = len(candidates) * _result_bytes(plan)
+        if options.backend == "host" and max(collective.agree(comm, None, held)) <= INTERLEAVE_BYTES:
+            chosen, times, spent = measure_interleaved(comm, candidates, lower_one, inputs, outs, options.tune_budget)
+        else:
+            chosen, times, spent = measure(comm, candidates, run, options.tune_budget)
         if chosen is None:  # every candidate refused: the heuristic's route raises what it raises
             return module.lower(plan, ctx, dataclasses.replace(options, tune="estimate", inputs=()))
         winner = next(c for c in candidates if c.label == chosen)

@@ -42,7 +42,8 @@ from host_timing import interleaved_medians_ms  # noqa: E402
 
 import redist  # noqa: E402
 from redist import BlockNonCyclic, ProcessGrid, Redistribute, Slab  # noqa: E402
-from redist.engine.host import available_methods, push  # noqa: E402
+from redist.engine.host import available_methods  # noqa: E402
+from redist.engine.host.push import tuning  # noqa: E402
 from redist.engine.host.lowering import LAND_ALWAYS  # noqa: E402
 
 
@@ -52,13 +53,13 @@ REPEATS = 5
 @contextlib.contextmanager
 def landing_max(value):
     """Objects planned inside use push's landing threshold ``value`` (None: the default)."""
-    saved = push.LANDING_MAX
+    saved = tuning.LANDING_MAX
     if value is not None:
-        push.LANDING_MAX = value
+        tuning.LANDING_MAX = value
     try:
         yield
     finally:
-        push.LANDING_MAX = saved
+        tuning.LANDING_MAX = saved
 
 
 def distributions(layout: str, P: int):

@@ -91,6 +91,58 @@ def test_refused_candidates_are_recorded_and_skipped():
     assert _measure(costs, refuse=tuple(c.label for c in CANDS))[0] is None
 
 
+def _interleaved(costs, budget=10.0, refuse=(), freed=None):
+    """Every rank measures CANDS side by side (tune.measure_interleaved) with the clock injected:
+    ``costs[r][label]`` microseconds per call of rank r; ``freed`` collects the freed labels."""
+    local = threading.local()
+    tune.timer = lambda label, dt: costs[local.rank][label] * 1e-6
+
+    def rank(comm, r):
+        local.rank = r
+
+        def lower_one(c):
+            if c.label in refuse:
+                raise NotSupportedError(f"{c.label} cannot run here")
+            exe = _Exe(c.label, [])
+            exe.free = lambda: freed.append(c.label) if freed is not None else None
+            return exe
+
+        return tune.measure_interleaved(comm, CANDS, lower_one, [], [], budget)
+
+    results, excs = run_ranks(len(costs), rank)
+    assert not any(excs), excs
+    assert all(res[:2] == results[0][:2] for res in results), results  # the same answer on every rank
+    return results[0]
+
+
+def test_side_by_side_the_slowest_ranks_median_decides_and_every_executable_is_freed():
+    costs = [
+        {"push": 1, "hybrid": 5, "datatype": 3, "pack": 9},
+        {"push": 6, "hybrid": 2, "datatype": 3, "pack": 9},
+    ]
+    freed = []
+    chosen, table, _ = _interleaved(costs, refuse=("pack",), freed=freed)
+    assert chosen == "datatype"  # max(1, 6), max(5, 2), max(3, 3): 3 us
+    assert [(label, None if t is None else round(t * 1e6, 6)) for label, t, _ in table] == [
+        ("push", 6),
+        ("hybrid", 5),
+        ("datatype", 3),
+        ("pack", None),
+    ]
+    assert table[3][2].startswith("refused: pack cannot run")
+    assert sorted(freed) == sorted(["push", "hybrid", "datatype"] * 2)  # both ranks', after timing
+
+
+def test_side_by_side_the_budget_bounds_the_rounds_and_the_lowerings():
+    costs = [{"push": 1000, "hybrid": 1000, "datatype": 1000, "pack": 1000}] * 2  # 1 ms per call
+    chosen, table, spent = _interleaved(costs, budget=0.02)  # 2 warm-up rounds (8 ms), then 3 rounds
+    assert chosen == "push" and all(t is not None for _, t, _ in table)
+    assert spent == pytest.approx(0.008 + 0.012)
+    chosen, table, spent = _interleaved(costs, budget=1e-9)  # still one round
+    assert spent == pytest.approx(0.008 + 0.004)
+    assert _interleaved(costs, refuse=tuple(c.label for c in CANDS))[0] is None
+
+
 class _Exe:
     def __init__(self, label, calls):
         self.label, self.calls = label, calls
@@ -136,13 +188,21 @@ def _lower_everywhere(mode, costs, calls, labels=("push", "hybrid", "pack"), lis
     return results
 
 
+def test_repetitions_fill_the_slice_within_bounds():
+    assert tune.repetitions(1.0) == tune.REPS  # long calls: the minimum
+    assert tune.repetitions(tune.SLICE / 40) == 40  # short ones: about SLICE seconds of calls
+    assert tune.repetitions(1e-9) == tune.repetitions(0.0) == tune.MAX_REPS
+
+
 def test_lower_measures_stores_and_wisdom_answers_without_timing():
     costs = [{"push": 3, "hybrid": 2, "pack": 4}, {"push": 3, "hybrid": 5, "pack": 4}]
     calls = [[], []]
     exes = _lower_everywhere("wisdom", costs, calls)
     assert [e.label for e in exes] == ["push", "push"]  # max(3, 3) < max(2, 5)
-    per = tune.WARMUP + tune.REPS
-    assert calls[0] == ["push"] * per + ["hybrid"] * per + ["pack"] * per
+    # host candidates side by side, one call of each per round, the same rounds on every rank: the
+    # repetitions of the slowest candidate's (slowest rank's) warm-up call
+    rounds = tune.WARMUP + tune.repetitions(max(max(c.values()) for c in costs) * 1e-6)
+    assert calls[0] == calls[1] == ["push", "hybrid", "pack"] * rounds
     rec = exes[0].tuning
     assert rec.source == "measured" and rec.chosen == "push" and "* push" in rec.describe()
     assert len(wisdom.entries()) == 1
