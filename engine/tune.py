@@ -13,8 +13,9 @@ order (:func:`measure`); the candidate's time is the *slowest rank's median*
 (every rank gathers every rank's median), the minimum wins (ties: the earlier candidate), and the
 choice every rank lowers is rank 0's, so ranks never pick different routes. A candidate the
 backend refuses (raised on every rank by its lowering) is recorded as refused. The time spent is
-bounded by ``options.tune_budget`` seconds (the slowest rank's, checked between candidates: the
-first candidate is always measured); candidates left when it runs out are recorded as skipped.
+bounded by ``options.tune_budget`` seconds (the slowest rank's, checked between candidates -- the
+first candidate is always measured -- and, side by side, bounding the rounds after the warm-up:
+at least one); candidates left when it runs out are recorded as skipped.
 
 "wisdom" first asks :mod:`.wisdom` for a stored answer (rank 0's, broadcast) and measures only
 when none matches; "measure" and "wisdom" both store what they measured. The executable carries
@@ -53,7 +54,8 @@ WARMUP = 2  # untimed calls per candidate (first-call set-up: graphs, replays, r
 REPS = 9  # timed calls per candidate at least; its time is the median of these (the slowest rank's)
 MAX_REPS = 200  # and at most: short calls are timed over about SLICE seconds each (repetitions)
 SLICE = 2e-3  # seconds of timed calls a short candidate gets (its median is noise below that)
-INTERLEAVE_BYTES = 1 << 30  # host candidates are timed side by side while all their results fit this (per rank)
+INTERLEAVE_BYTES = 1 << 28  # host candidates are timed side by side while all their results fit this (per rank;
+#: each also holds staging, up to about twice its results, and push's shared segments)
 DEFAULT_BUDGET = 10.0  # seconds of measuring per plan() (RedistributeOptions.tune_budget)
 
 #: tests inject a deterministic clock here: ``timer(label, seconds) -> seconds`` is what one timed
@@ -183,7 +185,10 @@ def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: C
     time step's exchange does, rather than warm from its own previous call (which favours other
     routes: perf/RESULTS.md, #47). The budget is checked between lowerings, then bounds the rounds
     (at least one); :data:`WARMUP` rounds first, then :func:`repetitions` of the slowest
-    candidate's (slowest rank's) warm-up call."""
+    candidate's (slowest rank's) last warm-up call -- every candidate gets that many calls, so a
+    fast one beside a slow one gets fewer than :data:`SLICE` would give it alone. Every candidate
+    holds its buffers at once: a route that needs node-shared memory (push) is checked for space
+    with the others' held, and refused (in the table) where it only fits alone."""
     record = _Record(budget)
     live: list[tuple[int, Candidate, Executable]] = []
     try:
@@ -194,20 +199,18 @@ def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: C
             except (NotSupportedError, InvalidValueError) as e:  # raised on every rank by the agreement
                 record.refused(cand, e)
             else:
+                live.append((len(record.rows), cand, exe))  # freed below whatever happens next
+                record.rows.append((cand.label, None, ""))
                 for f, buf in enumerate(inputs):
                     exe.bind_input(buf, f)
                 for f, buf in enumerate(outs):
                     exe.bind_output(buf, f)
-                live.append((len(record.rows), cand, exe))
-                record.rows.append((cand.label, None, ""))
             record.spent += max(collective.agree(comm, None, time.perf_counter() - t0 if timer is None else 0.0))
         if live:
-            warm = [0.0] * len(live)
-            for _ in range(WARMUP):
-                warm = [_call(exe, cand.label) for _, cand, exe in live]
-            every = collective.agree(comm, None, warm)
-            slowest = [max(w[k] for w in every) for k in range(len(live))]
-            record.spent += WARMUP * sum(slowest)
+            warm = [[_call(exe, cand.label) for _, cand, exe in live] for _ in range(WARMUP)]
+            every = collective.agree(comm, None, (warm[-1], sum(map(sum, warm))))
+            slowest = [max(last[k] for last, _ in every) for k in range(len(live))]  # per candidate, last call
+            record.spent += max(used for _, used in every)
             rounds = repetitions(max(slowest))
             if sum(slowest) > 0:  # the budget left, in rounds (the slowest rank's warm-up as the estimate)
                 rounds = max(1, min(rounds, int((budget - record.spent) / sum(slowest))))

@@ -89,7 +89,9 @@ class RedistributeOptions:
         matches, else measure. Both store what they measured (:func:`redist.export_wisdom`).
     tune_budget : float
         Seconds of measuring one ``plan()`` may spend (default 10; the first candidate is
-        always measured, the rest skipped once the slowest rank has spent this much).
+        always measured, the rest skipped once the slowest rank has spent this much; host
+        candidates timed side by side share what is left after their warm-up, at least one
+        call each).
     tune_out : bool
         False (default): ``tune`` times calls into the engine-owned result. True: into an
         ``out=`` (host: an array laid out like the result), as a loop calling

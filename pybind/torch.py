@@ -165,7 +165,7 @@ def _static(plain):
         return operator.index(plain)
     if isinstance(plain, dict):
         return {k: _static(v) for k, v in plain.items()}
-    return type(plain)(_static(v) for v in plain)
+    return tuple(_static(v) for v in plain)  # (a namedtuple's or a list's items: compared, hashed alike)
 
 
 def _rebuild(plain: tuple):
@@ -513,8 +513,8 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
         tensors = [torch.empty(0)]
     else:
         g = None if global_shape is None else tuple(global_shape)
-        codes = _resolve(*_static((_plain(input_distribution), _plain(output_distribution), g, _plain_options(options))),
-                         tensors[0].dim())
+        plain = (_plain(input_distribution), _plain(output_distribution), g, _plain_options(options))
+        codes = _resolve(*(_static(plain) if torch.compiler.is_compiling() else plain), tensors[0].dim())
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
     out = torch.ops.redist.redistribute(tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad)
     return tuple(out) if fields else out[0]

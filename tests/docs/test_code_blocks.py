@@ -8,8 +8,8 @@ is marked as a fragment on the line before its fence::
 
 A block that needs a GPU says so there, ``<!-- needs: gpu -->``: it runs on one rank where a GPU
 is visible (the lent GPU machines) and skips elsewhere; one that needs an optional extra says
-which, ``<!-- needs: torch -->`` (or ``jax``), and skips where it is not installed (the Open MPI
-leg of .ci/run installs none). Shell blocks (commands) and text blocks (output) are not run. The README is also what PyPI shows,
+which, ``<!-- needs: torch -->`` (or ``jax``, or several: ``<!-- needs: gpu, torch -->``), and
+skips where it is not installed (the Open MPI leg of .ci/run installs none). Shell blocks (commands) and text blocks (output) are not run. The README is also what PyPI shows,
 away from the repository: it must have no relative links.
 """
 
@@ -39,7 +39,7 @@ class Block:
     language: str
     code: str
     fragment: str | None  # the reason given, or None for a runnable block
-    needs: str | None = None  # "gpu" (runs only where a GPU is visible) or an optional module
+    needs: frozenset[str] = frozenset()  # "gpu" (runs only where a GPU is visible), optional modules
 
     @property
     def id(self) -> str:
@@ -60,7 +60,9 @@ def blocks(page: Path) -> list[Block]:
         if language in LANGUAGES:
             before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
             marked = re.match(r"^<!--\s*fragment\b:?\s*(.*?)\s*-->$", before.strip())
-            needs = re.match(r"^<!--\s*needs:\s*(gpu|torch|jax)\s*-->$", before.strip())
+            needs = re.match(
+                r"^<!--\s*needs:\s*((?:gpu|torch|jax)(?:\s*,\s*(?:gpu|torch|jax))*)\s*-->$", before.strip()
+            )
             out.append(
                 Block(
                     page,
@@ -68,7 +70,7 @@ def blocks(page: Path) -> list[Block]:
                     language,
                     "\n".join(lines[i + 1 : end]) + "\n",
                     (marked.group(1) or "fragment") if marked else None,
-                    needs.group(1) if needs else None,
+                    frozenset(re.split(r"\s*,\s*", needs.group(1))) if needs else frozenset(),
                 )
             )
         i = end + 1
@@ -94,10 +96,10 @@ def test_blocks_name_the_extras_they_import():
     """A runnable block that imports torch or JAX is marked ``needs:`` (else the legs without the
     extras, such as .ci/run's Open MPI one, fail on the import rather than skip)."""
     unmarked = [
-        b.id
+        (b.id, module)
         for b in RUNNABLE
         for module in ("torch", "jax")
-        if b.needs not in (module, "gpu") and re.search(rf"^\s*(import|from)\s+{module}\b", b.code, re.M)
+        if module not in b.needs and re.search(rf"^\s*(?:import|from)\s+[\w., ]*\b{module}\b", b.code, re.M)
     ]
     assert not unmarked, f"blocks importing an optional extra without <!-- needs: ... -->: {unmarked}"
 
@@ -134,11 +136,12 @@ def cabi(tmp_path_factory):
 @pytest.mark.mpi
 @pytest.mark.parametrize("block", [b for b in RUNNABLE if b.language == "python"], ids=lambda b: b.id)
 def test_python_block_runs(block, tmp_path):
-    if block.needs == "gpu" and helpers.gpu_count() == 0:
+    if "gpu" in block.needs and helpers.gpu_count() == 0:
         pytest.skip("needs a GPU")
-    if block.needs not in (None, "gpu") and importlib.util.find_spec(block.needs) is None:
-        pytest.skip(f"needs {block.needs} (an optional extra), not installed")
-    nprocs = 1 if block.needs == "gpu" else NPROCS
+    for module in sorted(block.needs - {"gpu"}):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"needs {module} (an optional extra), not installed")
+    nprocs = 1 if "gpu" in block.needs else NPROCS
     script = tmp_path / "block.py"
     script.write_text(block.code)
     res = helpers.mpi(nprocs, sys.executable, script, timeout=180)
