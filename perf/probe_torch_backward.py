@@ -1,0 +1,83 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where redist.torch's forward + backward goes (issue #45), apart from perf/bench_torch.py's loop.
+
+    mpiexec -n 2 python perf/probe_torch_backward.py [N]
+
+A pencil transpose (BlockNonCyclic (P,1,1) -> (1,P,1)) of an N^3 complex128 array (default 128),
+ms per call (slowest rank, median of 15 after two warm-up calls, variants interleaved):
+
+* fwd            -- the forward under no_grad
+* fwd+bwd        -- forward, then backward() accumulating into .grad (an add_ per call after the first)
+* fwd+bwd cleared-- the same into a cleared .grad (as after optimizer.zero_grad())
+* fwd+grad       -- torch.autograd.grad (no .grad at all)
+* adjoint        -- the backward's operator alone (redist::redistribute_adjoint)
+* add_           -- one in-place add over the input: what accumulating costs
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+
+import redist
+import redist.torch
+from redist import BlockNonCyclic, ProcessGrid
+
+
+def main() -> None:
+    redist.initialize()
+    comm = redist.get_context().process_group.mpi_comm
+    nranks, rank = comm.Get_size(), comm.Get_rank()
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 128
+    g = (n, n, n)
+    a, b = BlockNonCyclic(ProcessGrid((nranks, 1, 1))).bind(g), BlockNonCyclic(ProcessGrid((1, nranks, 1))).bind(g)
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(a.shape(rank), dtype=torch.complex128, generator=gen, requires_grad=True)
+    scratch = x.detach().clone()
+    seed = torch.randn(b.shape(rank), dtype=torch.complex128, generator=gen)
+    codes = redist.torch._resolve(redist.torch._plain(a), redist.torch._plain(b), None, None, 3)
+
+    def fwd():
+        with torch.no_grad():
+            redist.torch.redistribute(x, a, b)
+
+    def fwd_bwd():
+        redist.torch.redistribute(x, a, b).backward(seed)
+
+    def fwd_bwd_cleared():
+        x.grad = None
+        redist.torch.redistribute(x, a, b).backward(seed)
+
+    def fwd_grad():
+        torch.autograd.grad(redist.torch.redistribute(x, a, b), x, seed)
+
+    def adjoint():
+        torch.ops.redist.redistribute_adjoint([seed], list(codes[0]), list(codes[1]), codes[2], list(x.shape))
+
+    def add():
+        scratch.add_(scratch)
+
+    variants = {"fwd": fwd, "fwd+bwd": fwd_bwd, "fwd+bwd cleared": fwd_bwd_cleared, "fwd+grad": fwd_grad,
+                "adjoint": adjoint, "add_": add}
+    for fn in variants.values():
+        fn()
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(15):
+        for k, fn in variants.items():
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(max(comm.allgather(time.perf_counter() - t0)))
+    if rank == 0:
+        print(f"probe_torch_backward: P = {nranks}, {n}^3 complex128, torch {torch.__version__}; ms per call")
+        for k, ts in times.items():
+            print(f"  {k:<16} {statistics.median(ts) * 1e3:8.3f}")
+    redist.finalize()
+
+
+if __name__ == "__main__":
+    main()
