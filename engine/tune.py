@@ -178,7 +178,7 @@ class _Record:
 
 
 def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: Callable[[Candidate], Executable],
-                        inputs: Sequence[Buffer], outs: Sequence[Buffer],
+                        inputs: Sequence[Buffer], make_outs: Callable[[], Sequence[Buffer]],
                         budget: float) -> tuple[str | None, Table, float]:
     """Collective: :func:`measure`'s answer, with every candidate lowered at once and timed in rounds
     (one call of each per round): each then runs with the caches as the others leave them, as a
@@ -203,7 +203,7 @@ def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: C
                 record.rows.append((cand.label, None, ""))
                 for f, buf in enumerate(inputs):
                     exe.bind_input(buf, f)
-                for f, buf in enumerate(outs):
+                for f, buf in enumerate(make_outs()):  # its own out= (another's would be in cache)
                     exe.bind_output(buf, f)
             record.spent += max(collective.agree(comm, None, time.perf_counter() - t0 if timer is None else 0.0))
         if live:
@@ -283,7 +283,8 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
                     logger.warning("redist tune: no operand bound at plan(): the heuristic's route, unmeasured")
                 return module.lower(plan, ctx, dataclasses.replace(options, tune="estimate", inputs=()))
             inputs = _host_arrays(plan, "in")
-        outs = _host_arrays(plan, "out") if options.tune_out and options.backend == "host" else []
+        into_out = options.tune_out and options.backend == "host"
+        outs = _host_arrays(plan, "out") if into_out else []
 
         def lower_one(cand: Candidate) -> Executable:
             return module.lower(plan, ctx, cand.options(options, blocking=True, logger=None))
@@ -297,9 +298,11 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
 
         candidates = module.candidates(plan, ctx, options)  # the same list on every rank
         # host routes side by side while their results fit INTERLEAVE_BYTES (device ones, one at a time)
-        held = len(candidates) * _result_bytes(plan)
+        held = len(candidates) * _result_bytes(plan) * (2 if into_out else 1)
         if options.backend == "host" and max(collective.agree(comm, None, held)) <= INTERLEAVE_BYTES:
-            chosen, times, spent = measure_interleaved(comm, candidates, lower_one, inputs, outs, options.tune_budget)
+            chosen, times, spent = measure_interleaved(comm, candidates, lower_one, inputs,
+                                                       lambda: _host_arrays(plan, "out") if into_out else [],
+                                                       options.tune_budget)
         else:
             chosen, times, spent = measure(comm, candidates, run, options.tune_budget)
         if chosen is None:  # every candidate refused: the heuristic's route raises what it raises

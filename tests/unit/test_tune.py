@@ -107,7 +107,7 @@ def _interleaved(costs, budget=10.0, refuse=(), freed=None):
             exe.free = lambda: freed.append(c.label) if freed is not None else None
             return exe
 
-        return tune.measure_interleaved(comm, CANDS, lower_one, [], [], budget)
+        return tune.measure_interleaved(comm, CANDS, lower_one, [], list, budget)
 
     results, excs = run_ranks(len(costs), rank)
     assert not any(excs), excs
