@@ -130,16 +130,20 @@ def _time_candidate(comm: Any, exe: Executable, inputs: Sequence[Buffer], outs: 
     """Collective: warm up and time ``exe`` (every call agreed as execute() agrees), into ``outs``
     where given: (this rank's median, seconds this rank counts as spent). Every rank makes the same
     number of calls: :func:`repetitions` of the slowest rank's last warm-up call."""
-    for f, buf in enumerate(inputs):
-        exe.bind_input(buf, f)
-    for f, buf in enumerate(outs):
-        exe.bind_output(buf, f)
+    _bind(exe, inputs, outs)
     spent = dt = 0.0
     for _ in range(WARMUP):
         dt = _call(exe, label)
         spent += dt
     times = [_call(exe, label) for _ in range(repetitions(max(collective.agree(comm, None, dt))))]
     return statistics.median(times), spent + sum(times)
+
+
+def _bind(exe: Executable, inputs: Sequence[Buffer], outs: Sequence[Buffer]) -> None:
+    for f, buf in enumerate(inputs):
+        exe.bind_input(buf, f)
+    for f, buf in enumerate(outs):
+        exe.bind_output(buf, f)
 
 
 def _call(exe: Executable, label: str) -> float:
@@ -201,10 +205,7 @@ def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: C
             else:
                 live.append((len(record.rows), cand, exe))  # freed below whatever happens next
                 record.rows.append((cand.label, None, ""))
-                for f, buf in enumerate(inputs):
-                    exe.bind_input(buf, f)
-                for f, buf in enumerate(make_outs()):  # its own out= (another's would be in cache)
-                    exe.bind_output(buf, f)
+                _bind(exe, inputs, make_outs())  # its own out= (another's would be in cache)
             record.spent += max(collective.agree(comm, None, time.perf_counter() - t0 if timer is None else 0.0))
         if live:
             warm = [[_call(exe, cand.label) for _, cand, exe in live] for _ in range(WARMUP)]
@@ -284,26 +285,29 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
                 return module.lower(plan, ctx, dataclasses.replace(options, tune="estimate", inputs=()))
             inputs = _host_arrays(plan, "in")
         into_out = options.tune_out and options.backend == "host"
-        outs = _host_arrays(plan, "out") if into_out else []
+
+        def make_outs() -> list[Buffer]:
+            return _host_arrays(plan, "out") if into_out else []
 
         def lower_one(cand: Candidate) -> Executable:
             return module.lower(plan, ctx, cand.options(options, blocking=True, logger=None))
-
-        def run(cand: Candidate) -> tuple[float, float]:
-            exe = lower_one(cand)
-            try:
-                return _time_candidate(comm, exe, inputs, outs, cand.label)
-            finally:
-                exe.free()
 
         candidates = module.candidates(plan, ctx, options)  # the same list on every rank
         # host routes side by side while their results fit INTERLEAVE_BYTES (device ones, one at a time)
         held = len(candidates) * _result_bytes(plan) * (2 if into_out else 1)
         if options.backend == "host" and max(collective.agree(comm, None, held)) <= INTERLEAVE_BYTES:
-            chosen, times, spent = measure_interleaved(comm, candidates, lower_one, inputs,
-                                                       lambda: _host_arrays(plan, "out") if into_out else [],
+            chosen, times, spent = measure_interleaved(comm, candidates, lower_one, inputs, make_outs,
                                                        options.tune_budget)
         else:
+            outs = make_outs()  # one set, every candidate's in turn
+
+            def run(cand: Candidate) -> tuple[float, float]:
+                exe = lower_one(cand)
+                try:
+                    return _time_candidate(comm, exe, inputs, outs, cand.label)
+                finally:
+                    exe.free()
+
             chosen, times, spent = measure(comm, candidates, run, options.tune_budget)
         if chosen is None:  # every candidate refused: the heuristic's route raises what it raises
             return module.lower(plan, ctx, dataclasses.replace(options, tune="estimate", inputs=()))
