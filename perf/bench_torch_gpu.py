@@ -9,8 +9,9 @@ The step is Slab.X -> Slab.Y of an n³ complex64 array, then ``y * 2``. Variants
 
 * captured   -- ``Redistribute.execute()`` + ``y * 2`` recorded once in ``torch.cuda.graph``, replayed
 * compiled   -- ``torch.compile(step, fullgraph=True, mode="reduce-overhead")`` (CUDA graph trees: the
-                input is copied into the graph's static buffer; the adapter's result is one copy of the
-                engine-owned result until GPU out= in device memory, #44)
+                input is copied into the graph's static buffer; at P = 1 the exchange writes the
+                adapter's fresh output as out=, #44; with several ranks inside the capture, one copy of
+                the engine-owned result)
 * eager      -- ``redist.torch.redistribute`` + ``y * 2`` uncompiled
 
 CUDA events around ``--iters`` back-to-back calls, median of ``--reps``, slowest rank. Target:

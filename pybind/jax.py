@@ -103,6 +103,7 @@ class _Entry:
         self.out_bytes = int(np.prod(self.out_shape, dtype=np.int64)) * dtype.itemsize
         self._views: dict[tuple[int, bool], np.ndarray] = {}  # (address, writable) -> numpy view of XLA's buffer
         self._slow: dict[int, int] = {}  # result address -> its out= calls that ran in Python
+        self._gpu_outs: dict[int, RawArray] = {}  # GPU: XLA's result address -> its out= (the same object again)
         self._adjoint = None
         self.number = next(_numbers)
         _entries[self.number] = self
@@ -129,13 +130,17 @@ class _Entry:
         if self.gpu:
             r.reset_operand_unchecked(RawArray(src, self.in_shape, itemsize=self.dtype.itemsize, memory="cuda",
                                                device_id=r.device_id, dtype=self.dtype, readonly=True))
-            result = r.execute(stream=stream)  # then one device copy (out= into XLA's buffer: not used yet)
-            if self.out_bytes:
-                from cuda.bindings import driver
-
-                (err,) = driver.cuMemcpyAsync(dst, result.ptr, self.out_bytes, stream)
-                if err != driver.CUresult.CUDA_SUCCESS:
-                    raise RuntimeError(f"cuMemcpyAsync of the result failed: {err}")
+            if not self.out_bytes:  # nothing lands here (XLA's pointer may be null): the empty result
+                r.execute(stream=stream)
+                return
+            # XLA's buffer as out= (device memory of any allocator, #44): the exchange stores into it, one pass
+            out = self._gpu_outs.get(dst)
+            if out is None:
+                if len(self._gpu_outs) >= 16:
+                    self._gpu_outs.clear()
+                out = self._gpu_outs[dst] = RawArray(dst, self.out_shape, itemsize=self.dtype.itemsize, memory="cuda",
+                                                     device_id=r.device_id, dtype=self.dtype)
+            r.execute(stream=stream, out=out)
             return
         r.reset_operand_unchecked(self._view(src, self.in_shape, self.in_bytes, False))
         out = self._views.get((dst, True))
@@ -162,6 +167,7 @@ class _Entry:
         """Collective (the cache's eviction): the planned object goes; compiled calls of it then raise."""
         _entries.pop(self.number, None)
         self._views.clear()
+        self._gpu_outs.clear()
         self.r.free()
 
 

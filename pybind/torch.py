@@ -286,6 +286,28 @@ def _local_problem(in_code, out_code) -> collective.Problem | None:
     return None
 
 
+def _execute_into(r: Redistribute, outs: list[torch.Tensor], fields: bool, gpu: bool) -> None:
+    """Collective: the exchange written straight into ``outs`` (fresh tensors of torch's allocator;
+    on GPUs out= in ordinary device memory, #44: one pass). On GPUs nothing is kept alive after
+    the call: cudagraph trees refuse a tensor of their pool that something else holds."""
+    try:
+        r.execute(out=tuple(outs) if fields else outs[0])
+    finally:
+        if gpu:
+            r._unbind_outs()  # the executable would keep the last out= alive (an in-flight graph writes it)
+            r.release_operand()
+
+
+def _copied_result(r: Redistribute, fields: bool) -> list[torch.Tensor]:
+    """Collective: the engine-owned result, copied into fresh tensors (one more pass). Where the
+    exchange runs inside a CUDA graph capture on several ranks: a fresh tensor of the capture's pool
+    is memory the peers that store into it have not mapped, which a capture cannot map."""
+    res = r.execute()
+    r.release_operand()  # keep no tensor alive (as _execute_into)
+    res = list(res) if fields else [res]
+    return [x.clone(memory_format=torch.preserve_format) for x in res]
+
+
 class _Forward:
     """A planned forward redistribution (one entry of the cache)."""
 
@@ -308,19 +330,19 @@ class _Forward:
             raise
         self.shape = self.r.output_box.box_shape
         self.gpu = self.r.memory_space == "cuda"
+        self.nranks = _runtime.context().process_group.nranks
         self.pinned = False  # recorded into a CUDA graph (torch.compile mode="reduce-overhead"): never evicted
 
     def run(self, fields: list[torch.Tensor]) -> list[torch.Tensor]:
         r = self.r
         r.reset_operand_unchecked(tuple(fields) if self.fields else fields[0])
-        if self.gpu:  # the engine-owned result, copied (one extra pass): a fresh out= would be new in a capture
-            self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
-            res = r.execute()
-            r.release_operand()  # keep no tensor alive (cudagraph trees refuse an untracked one in their pool)
-            res = list(res) if self.fields else [res]
-            return [x.clone(memory_format=torch.preserve_format) for x in res]
+        if self.gpu:
+            capturing = torch.cuda.is_current_stream_capturing()
+            self.pinned = self.pinned or capturing
+            if capturing and self.nranks > 1:
+                return _copied_result(r, self.fields)
         outs = [_empty_like_layout(self.shape, r.layout, t.dtype, t.device) for t in fields]
-        r.execute(out=tuple(outs) if self.fields else outs[0])
+        _execute_into(r, outs, self.fields, self.gpu)
         return outs
 
     def free(self) -> None:
@@ -337,7 +359,7 @@ class _Backward:
         in_boxes, out_boxes = resolve_boxes([_decode(c) for c, _, _ in every], [_decode(c) for _, c, _ in every],
                                             [s for _, _, s in every])
         self.plan = adjoint(in_boxes, out_boxes)
-        self.rank, self.in_shape = rank, tuple(in_shape)
+        self.rank, self.in_shape, self.nranks = rank, tuple(in_shape), len(every)
         self.fields = len(grads) > 1
         self.pinned = False  # as _Forward's
         round_opts = dataclasses.replace(opts, result_layout="C", allow_overlap=opts.allow_overlap or self.plan.overlap)
@@ -366,15 +388,14 @@ class _Backward:
         for rnd, r in zip(plan.rounds, self.rounds):
             r.reset_operand_unchecked(tuple(self._operands(rnd, grads)) if self.fields else self._operands(rnd, grads)[0])
             box = rnd.out_boxes[rank]
-            outs = [torch.empty(geo.box_shape(box), dtype=g.dtype, device=g.device) for g in grads]
-            if r.memory_space == "cuda":  # as _Forward.run's: the engine-owned result, copied
-                self.pinned = self.pinned or torch.cuda.is_current_stream_capturing()
-                res = r.execute()
-                r.release_operand()  # as _Forward.run's
-                res = list(res) if self.fields else [res]
-                outs = [x.clone() for x in res]
+            gpu = r.memory_space == "cuda"
+            capturing = gpu and torch.cuda.is_current_stream_capturing()
+            self.pinned = self.pinned or capturing
+            if capturing and self.nranks > 1:  # as _Forward.run's
+                outs = _copied_result(r, self.fields)
             else:
-                r.execute(out=tuple(outs) if self.fields else outs[0])
+                outs = [torch.empty(geo.box_shape(box), dtype=g.dtype, device=g.device) for g in grads]
+                _execute_into(r, outs, self.fields, gpu)
             if inverse:
                 result = outs
             elif not geo.is_empty(box):
@@ -497,8 +518,9 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
     ``options``: :class:`~redist.RedistributeOptions` or a dict (``result_layout``,
     ``allow_overlap``, ``transport``...); ``result_layout="auto"`` means "C" here.
 
-    The result is a new tensor written once by the exchange on the host (on GPUs, for now, one
-    copy of the engine-owned result). Autograd: the
+    The result is a new tensor written once by the exchange (on GPUs ``out=`` in torch's own
+    memory; inside a CUDA graph capture on several ranks, one copy of the engine-owned result
+    instead). Autograd: the
     gradient is the adjoint (the inverse redistribution for a partition, a sum into the owners
     where the output replicates); double backward works. Errors are redist's, the same on every
     rank; a call refused changes nothing.
