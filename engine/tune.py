@@ -7,7 +7,8 @@ same list in the same order on every rank, the heuristic's own pick first); each
 set of :class:`~redist.engine.backend.LowerOptions` fields (the host method; on GPUs transport x
 signal x kernel variant). Every candidate is lowered, warmed up (:data:`WARMUP` calls) and timed
 (:func:`repetitions`: :data:`REPS` calls, more for short calls, about :data:`SLICE` seconds of them)
-on every rank -- host candidates side by side, one call of each per round
+on every rank, each call as a user's repeated call of that route runs (host routes: their
+compiled replays in C where they have them, :class:`_Caller`) -- host candidates side by side, one call of each per round
 (:func:`measure_interleaved`, while their results fit :data:`INTERLEAVE_BYTES`), device ones in
 order (:func:`measure`); the candidate's time is the *slowest rank's median*
 (every rank gathers every rank's median), the minimum wins (ties: the earlier candidate), and the
@@ -27,6 +28,7 @@ Nothing here imports MPI: the communicator is anything with ``Get_rank()`` and `
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import statistics
@@ -38,14 +40,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import collective, wisdom
+from . import backend, collective, wisdom
 from .backend import TUNE_MODES
 from .buffer import Buffer, byte_extent
-from .errors import InvalidValueError, NotSupportedError
+from .errors import CommunicationError, InvalidValueError, NotSupportedError
 from .plan import FusedPlan, Plan
 
 if TYPE_CHECKING:
     from .backend import Context, Executable, LowerOptions
+    from .host.compiled import Replays
 
 __all__ = ["Candidate", "INTERLEAVE_BYTES", "MAX_REPS", "REPS", "SLICE", "TUNE_MODES", "Tuning", "WARMUP", "lower",
            "measure", "measure_interleaved", "repetitions"]
@@ -56,6 +59,7 @@ MAX_REPS = 200  # and at most: short calls are timed over about SLICE seconds ea
 SLICE = 2e-3  # seconds of timed calls a short candidate gets (its median is noise below that)
 INTERLEAVE_BYTES = 1 << 28  # host candidates are timed side by side while all their results fit this (per rank;
 #: each also holds staging, up to about twice its results, and push's shared segments)
+_OFFERS = 3  # words offered per candidate (as Redistribute offers its bindings')
 DEFAULT_BUDGET = 10.0  # seconds of measuring per plan() (RedistributeOptions.tune_budget)
 
 #: tests inject a deterministic clock here: ``timer(label, seconds) -> seconds`` is what one timed
@@ -125,32 +129,75 @@ def repetitions(call: float) -> int:
     return max(REPS, min(MAX_REPS, math.ceil(SLICE / call)))
 
 
-def _time_candidate(comm: Any, exe: Executable, inputs: Sequence[Buffer], outs: Sequence[Buffer],
-                    label: str) -> tuple[float, float]:
-    """Collective: warm up and time ``exe`` (every call agreed as execute() agrees), into ``outs``
-    where given: (this rank's median, seconds this rank counts as spent). Every rank makes the same
-    number of calls: :func:`repetitions` of the slowest rank's last warm-up call."""
-    _bind(exe, inputs, outs)
+_serials = itertools.count(-1, -1)  # the keys of tune's replays in the extension's table (objects' are > 0)
+
+
+class _Caller:
+    """One candidate's timed calls, made as a user's repeated call of its route runs: where the
+    host backend's compiled replays are built (engine/host/compiled.py) and the executable gives
+    words for the binding, its replay in C after the first call in Python (push's calls are cheaper
+    there), else :meth:`Executable.execute` through Python (alltoallw, which never replays, and
+    every device route) -- timed through Python alone, routes of near-equal cost were ranked by
+    an overhead their users' calls do not pay (perf/probe_tune_paths.py)."""
+
+    def __init__(self, exe: Executable, label: str, replays: Replays | None) -> None:
+        self.exe, self.label, self.replays = exe, label, replays
+        self.offers = 0  # words offered (a binding whose replays keep going stays in Python after _OFFERS)
+        self.ptrs: list[int] = []
+        self.keys: list[int] = []
+
+    def bind(self, inputs: Sequence[Buffer], outs: Sequence[Buffer]) -> None:
+        for f, buf in enumerate(inputs):
+            self.exe.bind_input(buf, f)
+        for f, buf in enumerate(outs):
+            self.exe.bind_output(buf, f)
+        self.ptrs = [buf.ptr for buf in inputs]
+        self.keys = [1 if outs else 0] * len(inputs)  # the replay's key of its out= (0: the engine-owned result)
+
+    def __call__(self) -> float:
+        """Collective: one call; the seconds it counts for (:data:`timer`)."""
+        replays = self.replays
+        t0 = time.perf_counter()
+        if replays is None:
+            self.exe.execute(0)
+        else:
+            rc = (replays.run1(0, self.ptrs[0], self.keys[0]) if len(self.ptrs) == 1 else
+                  replays.run([0] * len(self.ptrs), self.ptrs, self.keys))
+            if rc == replays.RESUME:  # a peer said something else: the call finishes in Python, on every rank
+                self.exe.resume(*replays.what_was_heard())
+            elif rc == replays.FAILED:
+                raise CommunicationError(f"redist tune: MPI error in a compiled replay: {replays.error()}")
+            elif rc != replays.DONE:  # no replay of this binding (yet, or its words went): Python, then offer
+                self.exe.execute(0)
+                self._offer(replays)
+        dt = time.perf_counter() - t0
+        return dt if timer is None else timer(self.label, dt)
+
+    def _offer(self, replays: Replays) -> None:
+        self.offers += 1
+        words = self.exe.replay(replays.forget) if self.offers <= _OFFERS and hasattr(self.exe, "replay") else None
+        if words is None or not replays.offer(words, self.keys):
+            replays.forget()
+            self.replays = None  # this route's calls run in Python, as a user's would
+
+    def free(self) -> None:
+        if self.replays is not None:
+            self.replays.forget()
+        self.exe.free()
+
+
+def _time_candidate(comm: Any, caller: _Caller, inputs: Sequence[Buffer], outs: Sequence[Buffer]) -> tuple[float,
+                                                                                                            float]:
+    """Collective: warm up and time one candidate (every call agreed as execute() agrees), into
+    ``outs`` where given: (this rank's median, seconds this rank counts as spent). Every rank makes
+    the same number of calls: :func:`repetitions` of the slowest rank's last warm-up call."""
+    caller.bind(inputs, outs)
     spent = dt = 0.0
     for _ in range(WARMUP):
-        dt = _call(exe, label)
+        dt = caller()
         spent += dt
-    times = [_call(exe, label) for _ in range(repetitions(max(collective.agree(comm, None, dt))))]
+    times = [caller() for _ in range(repetitions(max(collective.agree(comm, None, dt))))]
     return statistics.median(times), spent + sum(times)
-
-
-def _bind(exe: Executable, inputs: Sequence[Buffer], outs: Sequence[Buffer]) -> None:
-    for f, buf in enumerate(inputs):
-        exe.bind_input(buf, f)
-    for f, buf in enumerate(outs):
-        exe.bind_output(buf, f)
-
-
-def _call(exe: Executable, label: str) -> float:
-    t0 = time.perf_counter()
-    exe.execute(0)
-    dt = time.perf_counter() - t0
-    return dt if timer is None else timer(label, dt)
 
 
 Table = tuple[tuple[str, float | None, str], ...]  # per candidate: label, slowest rank's median, note
@@ -183,7 +230,8 @@ class _Record:
 
 def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: Callable[[Candidate], Executable],
                         inputs: Sequence[Buffer], make_outs: Callable[[], Sequence[Buffer]],
-                        budget: float) -> tuple[str | None, Table, float]:
+                        budget: float, replays: Callable[[], Replays | None] = lambda: None
+                        ) -> tuple[str | None, Table, float]:
     """Collective: :func:`measure`'s answer, with every candidate lowered at once and timed in rounds
     (one call of each per round): each then runs with the caches as the others leave them, as a
     time step's exchange does, rather than warm from its own previous call (which favours other
@@ -192,9 +240,10 @@ def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: C
     candidate's (slowest rank's) last warm-up call -- every candidate gets that many calls, so a
     fast one beside a slow one gets fewer than :data:`SLICE` would give it alone. Every candidate
     holds its buffers at once: a route that needs node-shared memory (push) is checked for space
-    with the others' held, and refused (in the table) where it only fits alone."""
+    with the others' held, and refused (in the table) where it only fits alone. ``replays()``
+    gives each candidate its compiled replays (:class:`_Caller`; None: Python's calls)."""
     record = _Record(budget)
-    live: list[tuple[int, Candidate, Executable]] = []
+    live: list[tuple[int, Candidate, _Caller]] = []
     try:
         for cand in record.admitted(candidates):
             t0 = time.perf_counter()
@@ -203,12 +252,13 @@ def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: C
             except (NotSupportedError, InvalidValueError) as e:  # raised on every rank by the agreement
                 record.refused(cand, e)
             else:
-                live.append((len(record.rows), cand, exe))  # freed below whatever happens next
+                caller = _Caller(exe, cand.label, replays())
+                live.append((len(record.rows), cand, caller))  # freed below whatever happens next
                 record.rows.append((cand.label, None, ""))
-                _bind(exe, inputs, make_outs())  # its own out= (another's would be in cache)
+                caller.bind(inputs, make_outs())  # its own out= (another's would be in cache)
             record.spent += max(collective.agree(comm, None, time.perf_counter() - t0 if timer is None else 0.0))
         if live:
-            warm = [[_call(exe, cand.label) for _, cand, exe in live] for _ in range(WARMUP)]
+            warm = [[caller() for _, _, caller in live] for _ in range(WARMUP)]
             every = collective.agree(comm, None, (warm[-1], sum(map(sum, warm))))
             slowest = [max(last[k] for last, _ in every) for k in range(len(live))]  # per candidate, last call
             record.spent += max(used for _, used in every)
@@ -217,15 +267,15 @@ def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: C
                 rounds = max(1, min(rounds, int((budget - record.spent) / sum(slowest))))
             times: list[list[float]] = [[] for _ in live]
             for _ in range(rounds):
-                for k, (_, cand, exe) in enumerate(live):
-                    times[k].append(_call(exe, cand.label))
+                for k, (_, _, caller) in enumerate(live):
+                    times[k].append(caller())
             every = collective.agree(comm, None, ([statistics.median(t) for t in times], sum(map(sum, times))))
             record.spent += max(used for _, used in every)
             for k, (row, cand, _) in enumerate(live):
                 record.rows[row] = (cand.label, max(medians[k] for medians, _ in every), "")
     finally:
-        for _, _, exe in live:
-            exe.free()
+        for _, _, caller in live:
+            caller.free()
     return record.answer(comm)
 
 
@@ -292,21 +342,26 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
         def lower_one(cand: Candidate) -> Executable:
             return module.lower(plan, ctx, cand.options(options, blocking=True, logger=None))
 
+        def replays() -> Replays | None:  # host routes are timed through their compiled replays (_Caller)
+            if options.backend != "host":
+                return None
+            return backend.replays(next(_serials), len(inputs) > 1, len(inputs), comm.Get_size())
+
         candidates = module.candidates(plan, ctx, options)  # the same list on every rank
         # host routes side by side while their results fit INTERLEAVE_BYTES (device ones, one at a time)
         held = len(candidates) * _result_bytes(plan) * (2 if into_out else 1)
         if options.backend == "host" and max(collective.agree(comm, None, held)) <= INTERLEAVE_BYTES:
             chosen, times, spent = measure_interleaved(comm, candidates, lower_one, inputs, make_outs,
-                                                       options.tune_budget)
+                                                       options.tune_budget, replays)
         else:
             outs = make_outs()  # one set, every candidate's in turn
 
             def run(cand: Candidate) -> tuple[float, float]:
-                exe = lower_one(cand)
+                caller = _Caller(lower_one(cand), cand.label, replays())
                 try:
-                    return _time_candidate(comm, exe, inputs, outs, cand.label)
+                    return _time_candidate(comm, caller, inputs, outs)
                 finally:
-                    exe.free()
+                    caller.free()
 
             chosen, times, spent = measure(comm, candidates, run, options.tune_budget)
         if chosen is None:  # every candidate refused: the heuristic's route raises what it raises

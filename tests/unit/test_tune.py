@@ -380,3 +380,109 @@ def test_the_info_log_shows_the_table(caplog):
     assert not any(excs) and exe.label == "hybrid"
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "tune='measure': chose hybrid" in text and "* hybrid" in text and "push" in text, text
+
+
+class _Replays:
+    """compiled.Replays as _Caller uses it: ``script`` is what each run returns (then DONE once
+    offered, NONE before)."""
+
+    NONE, DONE, RESUME, FAILED = -1, 0, 1, 2
+
+    def __init__(self, script=()):
+        self.script, self.offered, self.forgot, self.runs = list(script), [], 0, []
+
+    def run1(self, obj, operand, key):
+        self.runs.append((operand, key))
+        return self.script.pop(0) if self.script else (self.DONE if self.offered else self.NONE)
+
+    def run(self, objs, operands, keys):
+        return self.run1(objs[0], tuple(operands), tuple(keys))
+
+    def offer(self, words, keys):
+        self.offered.append(list(keys))
+        return True
+
+    def forget(self):
+        self.forgot += 1
+        self.offered.clear()
+
+    def what_was_heard(self):
+        return 0, [2]
+
+    def error(self):
+        return "MPI_Startall: MPI_ERR_OTHER"
+
+
+class _ReplayingExe(_Exe):
+    def __init__(self, label, calls, words=True):
+        super().__init__(label, calls)
+        self.words, self.resumed, self.outs, self.asked = words, [], [], 0
+
+    def bind_input(self, buf, field=0):
+        assert buf.ptr
+
+    def bind_output(self, buf, field=0):
+        self.outs.append(buf)
+
+    def replay(self, forget):
+        self.asked += 1
+        return [1, 2, 3] if self.words else None
+
+    def resume(self, code, heard):
+        self.resumed.append((code, heard))
+
+
+def _buf():
+    from redist.engine.buffer import Buffer
+
+    return Buffer(4096, (2,), (1,), 8)
+
+
+def test_a_candidate_is_timed_through_its_replay_after_its_first_call():
+    calls, replays = [], _Replays()
+    caller = tune._Caller(_ReplayingExe("push", calls), "push", replays)
+    caller.bind([_buf()], [_buf()])
+    for _ in range(5):
+        caller()
+    assert calls == ["push"]  # Python once, then the replay
+    assert replays.offered == [[1]] and replays.runs == [(4096, 1)] * 5  # the out= binding's key
+    caller.free()
+    assert replays.forgot == 1
+
+
+def test_a_route_without_words_stays_in_python():
+    calls, replays = [], _Replays()
+    caller = tune._Caller(_ReplayingExe("alltoallw", calls, words=False), "alltoallw", replays)
+    caller.bind([_buf(), _buf()], [])
+    for _ in range(4):
+        caller()
+    assert calls == ["alltoallw"] * 4 and replays.runs == [((4096, 4096), (0, 0))]  # asked once
+    assert caller.replays is None and replays.forgot == 1
+
+
+def test_a_replay_that_hears_a_peer_resumes_in_python_and_a_failure_raises():
+    from redist.engine.errors import CommunicationError
+
+    calls = []
+    exe = _ReplayingExe("hybrid", calls)
+    caller = tune._Caller(exe, "hybrid", _Replays([_Replays.NONE, _Replays.RESUME]))
+    caller.bind([_buf()], [])
+    caller()
+    caller()
+    assert calls == ["hybrid"] and exe.resumed == [(0, [2])]
+    caller = tune._Caller(exe, "hybrid", _Replays([_Replays.FAILED]))
+    caller.bind([_buf()], [])
+    with pytest.raises(CommunicationError, match="MPI_ERR_OTHER"):
+        caller()
+
+
+def test_words_that_keep_going_are_offered_a_bounded_number_of_times():
+    calls, replays = [], _Replays()
+    exe = _ReplayingExe("pack", calls)
+    caller = tune._Caller(exe, "pack", replays)
+    caller.bind([_buf()], [])
+    for _ in range(10):
+        replays.offered.clear()  # the executable forgot its words before every call
+        caller()
+    assert len(calls) == 10 and exe.asked == tune._OFFERS  # offered _OFFERS times, then Python for good
+    assert caller.replays is None and len(replays.runs) == tune._OFFERS + 1

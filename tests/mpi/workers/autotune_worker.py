@@ -180,9 +180,53 @@ def released_before_plan(report):
         )
 
 
+def timed_as_users_calls(report):
+    """Host candidates are timed as a user's repeated calls run: through their compiled replays where
+    the route has them (every route but alltoallw here), in Python otherwise; one and two fields."""
+    from redist.engine.host import compiled
+
+    if not compiled.available():
+        print(f"timed_as_users_calls: skipped ({compiled.unavailable_reason()})", flush=True)
+        return
+    labels: dict[int, str] = {}
+    replayed: dict[str, int] = {}
+    saved = tune._Caller.__init__, compiled.Replays.run1, compiled.Replays.run
+
+    def init(self, exe, label, replays):
+        saved[0](self, exe, label, replays)
+        if replays is not None:
+            labels[replays.serial] = label
+
+    def counted(run):
+        def wrapped(self, *args):
+            rc = run(self, *args)
+            if rc == self.DONE:
+                replayed[labels[self.serial]] = replayed.get(labels[self.serial], 0) + 1
+            return rc
+
+        return wrapped
+
+    tune._Caller.__init__, compiled.Replays.run1, compiled.Replays.run = init, counted(saved[1]), counted(saved[2])
+    try:
+        g = (9, 7, 6)
+        for nfields in (1, 2):
+            replayed.clear()
+            prob = (g, np.float64, helpers.slab_boxes(g, P, 0), helpers.slab_boxes(g, P, 1), "auto", nfields)
+            clock(lambda label: 5)
+            got, _ = run(report, prob, {"tune": "measure"}, f"timed as users' calls, {nfields} field(s)")
+            timed = [label for label, t, _ in got.times if t is not None]
+            report.check(replayed.get("alltoallw", 0) == 0, f"{nfields} field(s): alltoallw replayed: {replayed}")
+            others = [label for label in timed if label != "alltoallw"]
+            report.check(others and all(replayed.get(label, 0) > 0 for label in others),
+                         f"{nfields} field(s): candidates {timed} timed without their replays: {replayed}")
+    finally:
+        tune._Caller.__init__, compiled.Replays.run1, compiled.Replays.run = saved
+
+
 def main() -> int:
     report = Report(comm)
-    for part in (every_candidate_wins_once, slowest_rank_decides, released_before_plan, wisdom_round_trip):
+    for part in (every_candidate_wins_once, slowest_rank_decides, released_before_plan, wisdom_round_trip,
+                 timed_as_users_calls):
         try:
             part(report)
         except Exception:  # noqa: BLE001
