@@ -3,7 +3,7 @@
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune autotune nvmath permuted sizes fields
 #                                        bench-capture contract examples host pencils out-ab torch jax user-memory bench-user
 #                                        um-diag
-#   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2).
+#   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2); UM_BENCH_SHARED=0: bench-user at P = 1 only.
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
 # ranks on one GPU, REDIST_SHARED_GPU=1). "host" uses the machine's CPU cores only (P = 2 and 4 without
@@ -57,8 +57,8 @@ for s in "$@"; do
     tail -14 "$OUT/um_bench_p1.txt" ;;
   bench-user)
     step "#44 out= in user memory vs the engine-owned result: P=1, then 4 ranks sharing the GPU"
-    timeout 200 $MPI -n 1 python3 perf/bench_user_out.py --n ${UM_SIZES:-32 256 512} --out "$OUT/bench_user_out_p1.md" 2>&1 | tail -12
-    REDIST_SHARED_GPU=1 timeout 200 $MPI -n 4 python3 perf/bench_user_out.py --n 32 128 --iters 5 --reps 3 \
+    timeout ${UM_BENCH_TIMEOUT:-200} $MPI -n 1 python3 perf/bench_user_out.py --n ${UM_SIZES:-32 256 512} --out "$OUT/bench_user_out_p1.md" 2>&1 | tail -12
+    [ "${UM_BENCH_SHARED:-1}" = 0 ] || REDIST_SHARED_GPU=1 timeout 200 $MPI -n 4 python3 perf/bench_user_out.py --n 32 128 --iters 5 --reps 3 \
       --out "$OUT/bench_user_out_p4_shared.md" 2>&1 | tail -12 ;;
   capture)
     step "capture tests P=1, then ${CAPTURE_K:-P2} ranks sharing the GPU"
