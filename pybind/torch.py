@@ -290,8 +290,10 @@ def _execute_into(r: Redistribute, outs: list[torch.Tensor], fields: bool, gpu: 
     """Collective: the exchange written straight into ``outs`` (fresh tensors of torch's allocator;
     on GPUs out= in ordinary device memory, #44: one pass). On GPUs nothing is kept alive after
     the call: cudagraph trees refuse a tensor of their pool that something else holds."""
+    empty = gpu and outs[0].numel() == 0  # every field's box is this rank's output box
     try:
-        r.execute(out=tuple(outs) if fields else outs[0])
+        # an empty box: nothing to write (its tensor's data pointer is 0, which is no device memory)
+        r.execute(out=None if empty else tuple(outs) if fields else outs[0])
     finally:
         if gpu:
             r._unbind_outs()  # the executable would keep the last out= alive (an in-flight graph writes it)
@@ -302,8 +304,10 @@ def _copied_result(r: Redistribute, fields: bool) -> list[torch.Tensor]:
     """Collective: the engine-owned result, copied into fresh tensors (one more pass). Where the
     exchange runs inside a CUDA graph capture on several ranks: a fresh tensor of the capture's pool
     is memory the peers that store into it have not mapped, which a capture cannot map."""
-    res = r.execute()
-    r.release_operand()  # keep no tensor alive (as _execute_into)
+    try:
+        res = r.execute()
+    finally:
+        r.release_operand()  # keep no tensor alive (as _execute_into)
     res = list(res) if fields else [res]
     return [x.clone(memory_format=torch.preserve_format) for x in res]
 
