@@ -2,7 +2,7 @@
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune autotune nvmath permuted sizes fields
 #                                        bench-capture contract examples host pencils out-ab torch jax user-memory bench-user
-#                                        um-diag tune-host
+#                                        um-diag tune-host torch-host
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2); UM_BENCH_SHARED=0: bench-user at P = 1 only.
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -201,6 +201,13 @@ for s in "$@"; do
     timeout ${TORCH_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_torch_gpu.txt" | tail -8
     REDIST_SHARED_GPU=1 timeout ${TORCH_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_torch_gpu.txt" | tail -8
     timeout ${TORCH_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_torch_gpu.py --n 64 128 256 --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | tail -6 ;;
+  torch-host)
+    step "host: bench_torch.py (#45) on the machine's cores, P = ${TORCH_HOST_RANKS:-2 4}"
+    for p in ${TORCH_HOST_RANKS:-2 4}; do
+      CUDA_VISIBLE_DEVICES= timeout ${TORCH_HOST_TIMEOUT:-200} mpiexec --allow-run-as-root --bind-to core -n "$p" python3 perf/bench_torch.py \
+        --n ${TORCH_HOST_SIZES:-64 128 256} --iters 15 > "$OUT/bench_torch_p$p.txt" 2>&1 || echo "rc=$? bench_torch P=$p" | tee -a "$OUT/steps.txt"
+      tail -n 6 "$OUT/bench_torch_p$p.txt"
+    done ;;
   tune-host)
     step "host: bench_tune.py (#47) on the machine's cores with its MPI, P = ${TUNE_HOST_RANKS:-2 4} (pencils from P = 4), operands and --out"
     for p in ${TUNE_HOST_RANKS:-2 4}; do
