@@ -206,7 +206,11 @@ def timed_as_users_calls(report):
 
         return wrapped
 
-    tune._Caller.__init__, compiled.Replays.run1, compiled.Replays.run = init, counted(saved[1]), counted(saved[2])
+    tune._Caller.__init__, compiled.Replays.run1, compiled.Replays.run = (
+        init,
+        counted(saved[1]),
+        counted(saved[2]),
+    )
     try:
         g = (9, 7, 6)
         for nfields in (1, 2):
@@ -215,18 +219,27 @@ def timed_as_users_calls(report):
             clock(lambda label: 5)
             got, _ = run(report, prob, {"tune": "measure"}, f"timed as users' calls, {nfields} field(s)")
             timed = [label for label, t, _ in got.times if t is not None]
-            report.check(replayed.get("alltoallw", 0) == 0, f"{nfields} field(s): alltoallw replayed: {replayed}")
+            report.check(
+                replayed.get("alltoallw", 0) == 0, f"{nfields} field(s): alltoallw replayed: {replayed}"
+            )
             others = [label for label in timed if label != "alltoallw"]
-            report.check(others and all(replayed.get(label, 0) > 0 for label in others),
-                         f"{nfields} field(s): candidates {timed} timed without their replays: {replayed}")
+            report.check(
+                others and all(replayed.get(label, 0) > 0 for label in others),
+                f"{nfields} field(s): candidates {timed} timed without their replays: {replayed}",
+            )
     finally:
         tune._Caller.__init__, compiled.Replays.run1, compiled.Replays.run = saved
 
 
 def main() -> int:
     report = Report(comm)
-    for part in (every_candidate_wins_once, slowest_rank_decides, released_before_plan, wisdom_round_trip,
-                 timed_as_users_calls):
+    for part in (
+        every_candidate_wins_once,
+        slowest_rank_decides,
+        released_before_plan,
+        wisdom_round_trip,
+        timed_as_users_calls,
+    ):
         try:
             part(report)
         except Exception:  # noqa: BLE001
