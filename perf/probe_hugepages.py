@@ -3,9 +3,9 @@
 
     mpiexec -n 2 python perf/probe_hugepages.py 128
 
-numpy advises ``MADV_HUGEPAGE`` for its large arrays; XLA's CPU buffers (what redist.jax's handler
-writes into) get no such advice, so on a host whose ``/sys/kernel/mm/transparent_hugepage/enabled``
-says ``madvise`` they sit on 4 KiB pages. Slab.X -> Slab.Y of an N^3 float64 array,
+numpy advises ``MADV_HUGEPAGE`` for its large arrays; memory another allocator maps without that
+advice (a framework's buffers, which redist.jax's handler and out= write into) sits on 4 KiB pages
+on a host whose ``/sys/kernel/mm/transparent_hugepage/enabled`` says ``madvise``. Slab.X -> Slab.Y of an N^3 float64 array,
 ``execute(out=)`` with the operand and ``out=`` allocated with numpy's advice on and off, alternately
 (two rounds); medians of 30 calls after 3, slowest rank.
 """
