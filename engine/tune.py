@@ -175,7 +175,7 @@ class _Caller:
 
     def _offer(self, replays: Replays) -> None:
         self.offers += 1
-        words = self.exe.replay(replays.forget) if self.offers <= _OFFERS and hasattr(self.exe, "replay") else None
+        words = self.exe.replay(replays.forget) if self.offers <= _OFFERS else None
         if words is None or not replays.offer(words, self.keys):
             replays.forget()
             self.replays = None  # this route's calls run in Python, as a user's would

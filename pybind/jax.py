@@ -103,7 +103,7 @@ class _Entry:
         self.out_bytes = int(np.prod(self.out_shape, dtype=np.int64)) * dtype.itemsize
         self._views: dict[tuple[int, bool], np.ndarray] = {}  # (address, writable) -> numpy view of XLA's buffer
         self._slow: dict[int, int] = {}  # result address -> its out= calls that ran in Python
-        self._gpu_outs: dict[int, RawArray] = {}  # GPU: XLA's result address -> its out= (the same object again)
+        self._raws: dict[tuple[int, bool], RawArray] = {}  # GPU: _view's RawArray of XLA's buffer at (address, writable)
         self._adjoint = None
         self.number = next(_numbers)
         _entries[self.number] = self
@@ -124,23 +124,25 @@ class _Entry:
             self._views[(ptr, writable)] = view
         return view
 
+    def _raw(self, ptr: int, shape: tuple[int, ...], writable: bool) -> RawArray:
+        """GPU: XLA's device buffer at ``ptr`` as a RawArray (kept by address, as :meth:`_view`'s)."""
+        raw = self._raws.get((ptr, writable))
+        if raw is None:
+            if len(self._raws) >= 16:
+                self._raws.clear()
+            raw = self._raws[(ptr, writable)] = RawArray(ptr, shape, itemsize=self.dtype.itemsize, memory="cuda",
+                                                         device_id=self.r.device_id, dtype=self.dtype,
+                                                         readonly=not writable)
+        return raw
+
     def run(self, src: int, dst: int, stream: int) -> None:
         """Collective: the exchange from XLA's operand at ``src`` into XLA's result at ``dst``."""
         r = self.r
         if self.gpu:
-            r.reset_operand_unchecked(RawArray(src, self.in_shape, itemsize=self.dtype.itemsize, memory="cuda",
-                                               device_id=r.device_id, dtype=self.dtype, readonly=True))
-            if not self.out_bytes:  # nothing lands here (XLA's pointer may be null): the empty result
-                r.execute(stream=stream)
-                return
-            # XLA's buffer as out= (device memory of any allocator, #44): the exchange stores into it, one pass
-            out = self._gpu_outs.get(dst)
-            if out is None:
-                if len(self._gpu_outs) >= 16:
-                    self._gpu_outs.clear()
-                out = self._gpu_outs[dst] = RawArray(dst, self.out_shape, itemsize=self.dtype.itemsize, memory="cuda",
-                                                     device_id=r.device_id, dtype=self.dtype)
-            r.execute(stream=stream, out=out)
+            r.reset_operand_unchecked(self._raw(src, self.in_shape, False))
+            # XLA's buffer as out= (device memory of any allocator, #44): the exchange stores into it, one pass;
+            # an empty result has nothing to land (XLA's pointer may be null)
+            r.execute(stream=stream, out=self._raw(dst, self.out_shape, True) if self.out_bytes else None)
             return
         r.reset_operand_unchecked(self._view(src, self.in_shape, self.in_bytes, False))
         out = self._views.get((dst, True))
@@ -167,7 +169,7 @@ class _Entry:
         """Collective (the cache's eviction): the planned object goes; compiled calls of it then raise."""
         _entries.pop(self.number, None)
         self._views.clear()
-        self._gpu_outs.clear()
+        self._raws.clear()
         self.r.free()
 
 
