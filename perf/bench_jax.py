@@ -25,7 +25,12 @@ With ``--step`` (the GPU target, P = 1, or several ranks sharing a GPU): a jitte
 step (FFT along y and z, redistribute to y-slabs, FFT along x, multiply, inverse FFT along x) against
 the same step with the exchange replaced by a device copy of the same bytes (``jnp.copy`` behind
 ``lax.optimization_barrier``, so XLA keeps it); rows ``step: redistribute`` and ``step: copy``,
-``/execute()`` then being the ratio to the copy step. On whatever device JAX uses.
+``/execute()`` then being the ratio to the copy step. On whatever device JAX uses. A last line gives
+the host time the adapter's handler takes per call (``redist.jax._Entry.run``, median): XLA runs a
+custom call on its host thread, so time spent there beyond the GPU work queued before it idles the GPU.
+At P = 1 a third row, ``step: unordered (P=1)``, calls the same handler without the ordered effect
+(a fresh token per call): what keeping the ranks' exchanges in program order costs JAX's dispatch.
+It is a probe only: with several ranks, calls without the effect could run in different orders.
 
 Each variant is checked against the expected values first. Iterations interleave the variants;
 ``comm.Barrier()`` before each call, ``MPI.Wtime()`` around it; an iteration's time is the max over
@@ -48,7 +53,30 @@ from mpi4py import MPI  # noqa: E402
 
 import redist  # noqa: E402
 import redist.jax  # noqa: E402
+from jax._src.core import abstract_token  # noqa: E402
+from jax._src.lib.mlir.dialects import hlo  # noqa: E402
+from jax.extend.core import Primitive  # noqa: E402
+from jax.interpreters import mlir  # noqa: E402
 from redist import Redistribute, Slab  # noqa: E402
+
+# the probe row's primitive: redist.jax's custom call, no effect (a fresh token per call)
+_unordered_p = Primitive("bench_redist_unordered")
+_unordered_p.def_abstract_eval(lambda x, *, entry, shape: jax.core.ShapedArray(shape, x.dtype))
+
+
+def _unordered_lowering(ctx, x, *, entry: int, shape: tuple[int, ...]):
+    with_token = ctx.replace(avals_in=(*ctx.avals_in, abstract_token), avals_out=(*ctx.avals_out, abstract_token))
+    call = jax.ffi.ffi_lowering(redist.jax._TARGET, has_side_effect=True)
+    return list(call(with_token, x, hlo.create_token(), entry=np.int64(entry)))[:-1]
+
+
+mlir.register_lowering(_unordered_p, _unordered_lowering)
+
+
+def unordered_redistribute(v):
+    """P = 1 only: redist.jax.redistribute's exchange without its ordered effect."""
+    entry = redist.jax._lookup(v.shape, v.dtype, Slab.X, Slab.Y, redist.jax._coerce_options(None), None)
+    return _unordered_p.bind(v, entry=entry.number, shape=entry.out_shape)
 
 
 def values(box, shape) -> np.ndarray:
@@ -111,19 +139,36 @@ def step_rows(n: int, rank: int, nranks: int, comm, args) -> None:
 
     variants = {"step: redistribute": jax.jit(lambda a: step(a, lambda v: redist.jax.redistribute(v, Slab.X, Slab.Y))),
                 "step: copy": jax.jit(lambda a: step(a, copy_of_output(rank, nranks, shape)))}
-    for f in variants.values():
-        f(x).block_until_ready()
+    if nranks == 1:
+        variants["step: unordered (P=1)"] = jax.jit(lambda a: step(a, unordered_redistribute))
+    first = {name: np.asarray(f(x)) for name, f in variants.items()}
+    if nranks == 1:  # the exchange is then the identity: every variant computes the same step
+        for name, got in first.items():
+            np.testing.assert_array_equal(got, first["step: copy"], err_msg=name)
     times: dict[str, list[float]] = {k: [] for k in variants}
-    for it in range(args.warmup + args.iters):
-        for name, f in variants.items():
-            t = timed(comm, lambda f=f: f(x).block_until_ready())
-            if it >= args.warmup:
-                times[name].append(t)
+    entry_run, inside = redist.jax._Entry.run, []
+
+    def timed_run(self, src, dst, stream):
+        t0 = time.perf_counter()
+        entry_run(self, src, dst, stream)
+        inside.append(time.perf_counter() - t0)
+
+    redist.jax._Entry.run = timed_run
+    try:
+        for it in range(args.warmup + args.iters):
+            for name, f in variants.items():
+                t = timed(comm, lambda f=f: f(x).block_until_ready())
+                if it >= args.warmup:
+                    times[name].append(t)
+    finally:
+        redist.jax._Entry.run = entry_run
     base = float(np.median(times["step: copy"]))
+    handler = comm.allreduce(float(np.median(inside[args.warmup :])), op=MPI.MAX)
     if rank == 0:
         for name, ts in times.items():
             med = float(np.median(ts))
             print(f"{n:>5} {name:<24} {med * 1e3:>10.3f} {min(ts) * 1e3:>9.3f} {med / base:>11.2f}  ({jax.devices()[0]})")
+        print(f"{n:>5} {'  handler (host, median)':<24} {handler * 1e3:>10.3f}")
 
 
 def main() -> None:
@@ -137,7 +182,7 @@ def main() -> None:
     pg = redist.get_context().process_group
     rank, nranks, comm = pg.rank, pg.nranks, MPI.COMM_WORLD
     if rank == 0:
-        print(f"bench_jax: P = {nranks}, float64, Slab.X -> Slab.Y, {args.iters} iterations after {args.warmup} "
+        print(f"bench_jax: P = {nranks}, {'the complex128 step' if args.step else 'float64'}, Slab.X -> Slab.Y, {args.iters} iterations after {args.warmup} "
               f"warm-up, jax {jax.__version__}; {MPI.Get_library_version().splitlines()[0]}")
         print(f"{'N':>5} {'variant':<24} {'median ms':>10} {'min ms':>9} {'/execute()':>11}")
     if args.step:

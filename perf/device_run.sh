@@ -112,7 +112,11 @@ for s in "$@"; do
     python3 -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tee "$OUT/jax_env.txt" | tail -2
     timeout ${JAX_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_jax_gpu.txt" | tail -8
     REDIST_SHARED_GPU=1 timeout ${JAX_SHARED_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_jax_gpu.py -k shared 2>&1 | tee -a "$OUT/pytest_jax_gpu.txt" | tail -8
-    XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${JAX_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_jax.py --step --sizes ${JAX_GPU_SIZES:-128 256} 2>&1 | tee "$OUT/bench_jax_gpu.txt" | tail -6
+    XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${JAX_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_jax.py --step --sizes ${JAX_GPU_SIZES:-128 256} 2>&1 | tee "$OUT/bench_jax_gpu.txt" | tail -8
+    # the same with XLA's command buffers (its CUDA graphs of the step's kernels) off: how much of the gap they are
+    echo "--- XLA_FLAGS=--xla_gpu_enable_command_buffer= (command buffers off)" | tee -a "$OUT/bench_jax_gpu.txt"
+    XLA_FLAGS=--xla_gpu_enable_command_buffer= XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${JAX_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_jax.py --step \
+      --sizes ${JAX_GPU_SIZES:-128 256} 2>&1 | tee -a "$OUT/bench_jax_gpu.txt" | tail -8
     for p in ${JAX_RANKS-2 4}; do  # JAX_RANKS="" skips the host rows
       CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu timeout ${JAX_HOST_TIMEOUT:-500} $MPI -n $p python3 perf/bench_jax.py --sizes ${JAX_SIZES:-64 128 256} 2>&1 | tee -a "$OUT/bench_jax.txt" | tail -14
     done ;;
