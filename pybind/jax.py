@@ -70,8 +70,13 @@ _numbers = itertools.count(1)
 # calls run one at a time (the ordered effect), on whichever thread XLA runs them
 _failed = types.SimpleNamespace(problem=None)
 
-# out= calls into one XLA buffer that may run in Python (its first checked call, the calls before its replay
-# is installed) before that buffer gets the engine-owned result copied into it instead
+# CPU results smaller than this (bytes) that XLA hands over for the first time, or whose out= calls keep
+# running in Python, get the engine-owned result (a replayed call) copied in: there the copy costs less than a
+# call through Python (~0.15-0.2 ms: the checks of a new out= and the exchange in Python). Larger results are
+# always written by the exchange as out=, new buffer or not: their copy would cost more (perf/RESULTS.md, #46)
+_COPY_BELOW = 2 << 20
+# out= calls into one small XLA buffer that may run in Python (its first checked call, the calls before its
+# replay is installed) before that buffer gets the engine-owned result copied into it instead
 _SLOW_OUTS = 3
 
 # 64-bit dtypes that JAX turns into 32-bit ones while jax_enable_x64 is off
@@ -146,13 +151,16 @@ class _Entry:
             return
         r.reset_operand_unchecked(self._view(src, self.in_shape, self.in_bytes, False))
         out = self._views.get((dst, True))
-        if out is None or self._slow.get(dst, 0) > _SLOW_OUTS:
-            # a buffer XLA hands over for the first time (or whose calls keep taking the Python path): the
+        if self.out_bytes < _COPY_BELOW and (out is None or self._slow.get(dst, 0) > _SLOW_OUTS):
+            # a small buffer XLA hands over for the first time (or whose calls keep taking the Python path): the
             # engine-owned result (its calls replay in C), copied into it; the view is kept for the next time
             np.copyto(self._view(dst, self.out_shape, self.out_bytes, True), r.execute())
             return
-        # a buffer seen before (a loop gets the same few back): written by the exchange itself as out=, one
-        # pass less over the result; its calls replay in C from the third on
+        # a buffer seen before (a loop gets the same few back), or a large one: written by the exchange itself
+        # as out=, one pass less over the result; the calls into one buffer replay in C from the third on (while
+        # the object keeps that buffer's replay: a loop cycling through more buffers runs them in Python)
+        if out is None:
+            out = self._view(dst, self.out_shape, self.out_bytes, True)
         before = r._python_calls
         r.execute(out=out)
         if r._python_calls != before:

@@ -25,5 +25,5 @@ pytestmark = [
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_jax(mpirun, nprocs):
-    checks = ["forward", "grad"] + (["errors"] if nprocs in (2, 3) else [])
+    checks = ["forward", "forward-out", "grad"] + (["errors"] if nprocs in (2, 3) else [])
     mpirun(nprocs, "jax_worker.py", *checks, timeout=420)

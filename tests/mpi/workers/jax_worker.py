@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Multi-rank checks of redist.jax (run under mpiexec by tests/mpi/test_jax.py on CPU, tests/gpu/test_jax_gpu.py on GPU).
 
-Usage: jax_worker.py {forward|grad|errors}
+Usage: jax_worker.py {forward|forward-out|grad|errors}
 forward: eager and jit results (slabs, pencils, random boxes with empty ranks, allgather; float32/64,
-complex64/128, int32), repeated jitted calls, vmap. grad: jax.grad of the global loss (the sum of
+complex64/128, int32), repeated jitted calls, vmap. forward-out: on CPU, every result written as out=
+(the rule for large results), new buffers and buffers seen before. grad: jax.grad of the global loss (the sum of
 every rank's loss) against central differences along random directions, every rank perturbed
 together (float64), for a partition and for replicated outputs, eager and jitted. errors: bad
 input on one rank; every rank raises the same redist error. Failures are gathered before deciding;
@@ -154,6 +155,49 @@ def forward():
             np.array_equal(np.asarray(yb), np.moveaxis(np.stack([want, 2 * want, -want]), 0, 1)),
             f"{label} vmap in_axes=1 (eager)",
         )
+
+
+def forward_out():
+    """CPU: every result written by the exchange as out= (the rule for large results,
+    rjax._COPY_BELOW = 0 here), into buffers XLA hands over for the first time and again, while
+    some earlier results stay alive; no call gets the engine-owned result copied in."""
+    if jax.default_backend() != "cpu":
+        return
+    saved, copied = rjax._COPY_BELOW, []
+    rjax._COPY_BELOW = 0
+    try:
+        for label, shape, din, dout, opts in problems():
+            ib, ob = boxes_of(din, shape), boxes_of(dout, shape)
+            g = helpers.global_values(shape, np.float64)
+            x = jnp.asarray(g[helpers.sl(ib[rank])])
+            want = g[helpers.sl(ob[rank])]
+            f = jax.jit(
+                lambda a, din=din, dout=dout, opts=opts: rjax.redistribute(
+                    a, mine(din), mine(dout), options=opts
+                )
+            )
+            alive = []
+            for step in range(9):
+                y = f(x + step)
+                if step == 0:  # the planned object of this call: count its calls without out=
+                    for entry in rjax._entries.values():
+                        if "execute" not in vars(entry.r):
+                            entry.r.execute = counted(entry.r.execute, copied, label)
+                check(np.array_equal(np.asarray(y), want + step), f"{label} out= call {step}")
+                if step % 3 == 1:
+                    alive.append(y)  # XLA hands over other buffers while these live
+    finally:
+        rjax._COPY_BELOW = saved
+    check(not copied, f"{len(copied)} calls without out= (the result copied in): {sorted(set(copied))}")
+
+
+def counted(execute, copied, label):
+    def call(*args, **kwargs):
+        if kwargs.get("out") is None:
+            copied.append(label)
+        return execute(*args, **kwargs)
+
+    return call
 
 
 def allsum(v: float) -> float:
@@ -330,7 +374,7 @@ def main():
     what = sys.argv[1:]
     try:
         for w in what:
-            {"forward": forward, "grad": grad, "errors": errors}[w]()
+            {"forward": forward, "forward-out": forward_out, "grad": grad, "errors": errors}[w]()
     except Exception:  # noqa: BLE001 -- recorded, reduced across ranks
         failures.append(f"rank {rank}: uncaught: {traceback.format_exc()}")
     every = comm.allgather(failures)
