@@ -117,8 +117,12 @@ for s in "$@"; do
     echo "--- XLA_FLAGS=--xla_gpu_enable_command_buffer= (command buffers off)" | tee -a "$OUT/bench_jax_gpu.txt"
     XLA_FLAGS=--xla_gpu_enable_command_buffer= XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${JAX_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_jax.py --step \
       --sizes ${JAX_GPU_SIZES:-128 256} 2>&1 | tee -a "$OUT/bench_jax_gpu.txt" | tail -8
-    for p in ${JAX_RANKS-2 4}; do  # JAX_RANKS="" skips the host rows
+    for p in ${JAX_RANKS-2 4}; do  # JAX_RANKS="" skips the host rows; JAX_HOST_GLIBC=1 adds them with glibc's tunables (docs/jax.md)
       CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu timeout ${JAX_HOST_TIMEOUT:-500} $MPI -n $p python3 perf/bench_jax.py --sizes ${JAX_SIZES:-64 128 256} 2>&1 | tee -a "$OUT/bench_jax.txt" | tail -14
+      [ "${JAX_HOST_GLIBC:-0}" = 1 ] || continue
+      echo "--- GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296" | tee -a "$OUT/bench_jax.txt"
+      CUDA_VISIBLE_DEVICES= JAX_PLATFORMS=cpu timeout ${JAX_HOST_TIMEOUT:-500} $MPI -n $p -x GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296 \
+        python3 perf/bench_jax.py --sizes ${JAX_SIZES:-64 128 256} 2>&1 | tee -a "$OUT/bench_jax.txt" | tail -14
     done ;;
   examples)
     step "spectral examples on the GPU (#23): tests P=1 and 2 ranks sharing, Taylor-Green captured vs eager"
