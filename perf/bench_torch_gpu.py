@@ -12,7 +12,12 @@ The step is Slab.X -> Slab.Y of an n³ complex64 array, then ``y * 2``. Variants
                 input is copied into the graph's static buffer; at P = 1 the exchange writes the
                 adapter's fresh output as out=, #44; with several ranks inside the capture, one copy of
                 the engine-owned result)
+* static     -- compiled, with the input marked ``torch._dynamo.mark_static_address`` (read in place,
+                as the hand-captured graph reads it)
 * eager      -- ``redist.torch.redistribute`` + ``y * 2`` uncompiled
+
+After the table: torch's inductor counters (``cudagraph_skips`` counts steps CUDA graph trees did not
+capture; run with ``TORCH_LOGS=perf_hints`` for the reasons).
 
 CUDA events around ``--iters`` back-to-back calls, median of ``--reps``, slowest rank. Target:
 compiled <= 1.05x captured at P = 1.
@@ -82,11 +87,18 @@ def main():
 
         compiled = torch.compile(step, fullgraph=True, mode="reduce-overhead")
         same = torch.equal(compiled(x).clone(), step(x))
+        # the same with the input's address marked static: CUDA graph trees then read it in place, as the
+        # hand-captured graph does, instead of copying it into the graph's own input buffer
+        xs = x.clone()
+        torch._dynamo.mark_static_address(xs)
+        static = torch.compile(step, fullgraph=True, mode="reduce-overhead")
+        same = same and torch.equal(static(xs).clone(), step(x))
         graph.replay()
         same = same and torch.equal(captured_out, step(x))
         us = {
             "captured": per_call_us(graph.replay, args.iters, args.reps, comm),
             "compiled": per_call_us(lambda: compiled(x), args.iters, args.reps, comm),
+            "static": per_call_us(lambda: static(xs), args.iters, args.reps, comm),
             "eager": per_call_us(lambda: step(x), args.iters, args.reps, comm),
         }
         rows.append((n, us, comm.allreduce(int(same)) == P))
@@ -94,10 +106,13 @@ def main():
         r.free()
     if rank == 0:
         print(f"redist.torch on GPUs, P = {P}, complex64, µs per step (slowest rank, median)")
-        print(f"{'n':>5} {'captured':>10} {'compiled':>10} {'c/capt':>7} {'eager':>10} same")
+        print(f"{'n':>5} {'captured':>10} {'compiled':>10} {'c/capt':>7} {'static':>10} {'s/capt':>7} {'eager':>10} same")
         for n, us, same in rows:
             print(f"{n:>5} {us['captured']:10.1f} {us['compiled']:10.1f} {us['compiled'] / us['captured']:7.3f} "
-                  f"{us['eager']:10.1f} {'yes' if same else 'NO'}")
+                  f"{us['static']:10.1f} {us['static'] / us['captured']:7.3f} {us['eager']:10.1f} {'yes' if same else 'NO'}")
+        from torch._dynamo.utils import counters
+
+        print("inductor counters:", {k: dict(v) for k, v in counters.items() if k in ("inductor", "graph_break")})
     redist.torch.clear_cache()
     redist.finalize()
 

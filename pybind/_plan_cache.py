@@ -26,6 +26,7 @@ Nothing here imports a framework.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -95,14 +96,30 @@ class PlanCache:
             self._entries.pop(key).free()
 
     def clear(self) -> None:
-        """Collective: free every entry (least recently used first) and start a new history."""
+        """Collective: free every entry (least recently used first) and start a new history.
+
+        The ranks first agree on the entries they all hold (one ``allgather``; an entry is known
+        across ranks by every rank's key digests). Those are freed, collectively, in rank 0's order.
+        Where the caches diverged (a rank that cleared alone, or planned on some ranks only), an
+        entry that not every rank holds cannot be freed collectively: it is dropped, and released as
+        an object collected without ``free()`` is (its symmetric memory at :func:`redist.finalize`)."""
         with self._lock:
             entries, self._entries = self._entries, OrderedDict()
             self._digests.clear()
             self._history = 0
-            for entry in entries.values():
-                if _runtime.is_initialized():
-                    entry.free()
+            if not _runtime.is_initialized():
+                return
+            comm = _runtime.context().engine.comm
+            mine = {digest(everyone): entry for (_, everyone), entry in entries.items()}
+            every = [list(mine)] if comm.Get_size() == 1 else comm.allgather(list(mine))
+            common = set(every[0]).intersection(*every[1:])
+            if len(common) != len(mine):
+                logging.getLogger("redist").warning(
+                    "%s: clear_cache() drops %d planned object(s) that not every rank holds (the caches had "
+                    "diverged); they are released without their collective free()", self.name, len(mine) - len(common))
+            for ident in every[0]:
+                if ident in common:
+                    mine[ident].free()
 
     def _gather(self, comm, mine: int, failed: bool) -> list[list[int]]:
         """Collective: every rank's ``[key digest, history digest, failed]`` (one row per rank)."""

@@ -1,0 +1,14 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The adapters' plan cache (pybind/_plan_cache.py) under mpiexec: clear() after the ranks' caches
+diverged frees collectively only what every rank holds (tests/mpi/workers/plan_cache_worker.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_clear_after_divergence(mpirun, nprocs):
+    mpirun(nprocs, "plan_cache_worker.py", "diverged", timeout=120)
