@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where an eager redist.torch call's host time goes on a GPU (issue #45).
+
+    mpiexec -n 1 python perf/probe_torch_gpu_call.py [N]
+
+Slab.X -> Slab.Y of an N^3 complex64 array (default 64) at P = 1, host µs per call (200 calls,
+then one synchronize; median of 5 such runs):
+
+* ``execute()``: the engine-owned result;
+* ``execute(out=t)``: one tensor every call;
+* ``+ fresh t``: a fresh ``torch.empty`` every call (the caching allocator gives the same block back);
+* ``+ rebind operand``: that, with ``reset_operand_unchecked(x)`` first;
+* ``+ unbind, release``: that, then ``_unbind_outs()`` and ``release_operand()`` (the adapter's
+  whole sequence on GPUs, ``_execute_into``);
+* ``redist.torch.redistribute``: the adapter, eager, no gradient.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+
+import redist
+import redist.torch
+from redist import Slab
+
+
+def host_us(fn, calls: int = 200, runs: int = 5) -> float:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        per.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(per)
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    redist.initialize()
+    ctx = redist.get_context()
+    device = torch.device("cuda", ctx.device_id)
+    torch.cuda.set_device(device)
+    g = (n, n, n)
+    X, Y = Slab.X.bind(g), Slab.Y.bind(g)
+    x = torch.randn(Slab.X.shape(0, g), dtype=torch.complex64, device=device)
+    r = redist.Redistribute(x, Slab.X, Slab.Y)
+    r.plan()
+    shape = r.output_box.box_shape
+    t = torch.empty(shape, dtype=torch.complex64, device=device)
+
+    def fresh():
+        r.execute(out=torch.empty(shape, dtype=torch.complex64, device=device))
+
+    def rebound():
+        r.reset_operand_unchecked(x)
+        fresh()
+
+    def adapter_sequence():  # what redist.torch does on GPUs (_execute_into)
+        r.reset_operand_unchecked(x)
+        try:
+            fresh()
+        finally:
+            r._unbind_outs()
+            r.release_operand()
+
+    rows = {
+        "execute()": lambda: r.execute(),
+        "execute(out=t)": lambda: r.execute(out=t),
+        "+ fresh t": fresh,
+        "+ rebind operand": rebound,
+        "+ unbind, release": adapter_sequence,
+        "redist.torch.redistribute": lambda: redist.torch.redistribute(x, X, Y),
+    }
+    print(f"probe_torch_gpu_call: P = 1, {n}^3 complex64, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    for name, fn in rows.items():
+        print(f"  {name:<28} {host_us(fn):8.1f} us per call (host)")
+    r.free()
+    redist.torch.clear_cache()
+    redist.finalize()
+
+
+if __name__ == "__main__":
+    main()
