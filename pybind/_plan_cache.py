@@ -65,6 +65,7 @@ class PlanCache:
         self._history = 0  # the digest of every lookup since the last clear (equal on every rank)
         self._digests: dict[Hashable, int] = {}  # local key -> digest (bounded with the entries)
         self._lock = threading.RLock()
+        self._used = False  # looked up at least once (collective: on every rank alike); never reset
         self.hits = self.misses = 0
         _runtime.add_runtime_hooks(on_finalize=self.clear)
 
@@ -98,8 +99,8 @@ class PlanCache:
     def clear(self) -> None:
         """Collective: free every entry (least recently used first) and start a new history.
 
-        The ranks first agree on the entries they all hold (one ``allgather``; an entry is known
-        across ranks by every rank's key digests). Those are freed, collectively, in rank 0's order.
+        The ranks first agree on the entries they all hold (one ``allgather``, made by every cache
+        that was ever looked up; an entry is known across ranks by every rank's key digests). Those are freed, collectively, in rank 0's order.
         Where the caches diverged (a rank that cleared alone, or planned on some ranks only), an
         entry that not every rank holds cannot be freed collectively: it is dropped, and released as
         an object collected without ``free()`` is (its symmetric memory at :func:`redist.finalize`)."""
@@ -107,8 +108,8 @@ class PlanCache:
             entries, self._entries = self._entries, OrderedDict()
             self._digests.clear()
             self._history = 0
-            if not _runtime.is_initialized():
-                return
+            if not _runtime.is_initialized() or not self._used:
+                return  # a cache never looked up (an adapter imported on some ranks only) agrees on nothing
             comm = _runtime.context().engine.comm
             mine = {digest(everyone): entry for (_, everyone), entry in entries.items()}
             every = [list(mine)] if comm.Get_size() == 1 else comm.allgather(list(mine))
@@ -139,6 +140,7 @@ class PlanCache:
         untouched."""
         with self._lock:
             comm = _runtime.context().engine.comm
+            self._used = True
             mine = 0
             if problem is None:
                 mine = self._digests.get(key)

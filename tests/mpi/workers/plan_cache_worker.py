@@ -8,7 +8,8 @@ diverged: three entries looked up alike on every rank; then the last rank's cach
 forgets its least recently used entry, as a rank that cleared alone). A lookup is refused on every
 rank; clear() frees the two entries every rank holds, collectively and in the same order, and drops
 the third on the ranks that still hold it, unfreed; the next collective call lines up on every rank,
-and the cache works again.
+and the cache works again. A cache never looked up (an adapter imported on one rank only) clears
+without any collective call.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def diverged(report) -> None:
     report.check(len(cache) == 1 and cache.misses == 4, f"after clear: {len(cache)} entries, {cache.misses} misses")
     cache.clear()
     report.check(again.freed, "the entry made after clear() was freed by the next clear()")
+    if rank == 0:  # a cache made and cleared on one rank only, never looked up: nothing collective
+        PlanCache("plan_cache_worker unused", 2).clear()
+    last = comm.allgather(("last", rank))
+    report.check(last == [("last", r) for r in range(nranks)], f"after an unused cache's clear on rank 0: {last}")
 
 
 if __name__ == "__main__":
