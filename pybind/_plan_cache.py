@@ -7,7 +7,8 @@ what makes a plan (this rank's shape, strides, dtype, device, boxes, options). P
 freeing are collective, so every rank must hit or miss alike, and evict alike:
 
 * each lookup gathers one 64-bit digest of every rank's key, and a digest of the cache's history
-  (one ``Allgather`` of two integers per rank). The entry's key is this rank's key *and* every
+  (one ``Allgather`` of four integers per rank: with them whether the lookup was refused on this
+  rank and how many entries it retired). The entry's key is this rank's key *and* every
   rank's digest, so a change on one rank only (its box, its dtype) is a miss on every rank, and
   the new object's (collective) validation says what is wrong, the same on every rank;
 * the history digest is the same on every rank as long as every rank has looked up the same
@@ -17,10 +18,15 @@ freeing are collective, so every rank must hit or miss alike, and evict alike:
 * a miss builds the entry (collective) and evicts the least recently used one when the cache
   holds ``maxsize`` entries; evictions are collective and the same on every rank.
 
-Entries are anything with a collective ``free()`` (a planned :class:`~redist.Redistribute`, or an
-adapter's bundle of them); an entry whose ``pinned`` attribute is true (recorded into a CUDA graph)
-is never evicted, only cleared. Every cache is cleared by :func:`redist.finalize` (a runtime hook).
-Nothing here imports a framework.
+Entries are anything with a ``free()`` (a planned :class:`~redist.Redistribute`, or an adapter's
+bundle of them); an entry whose ``pinned`` attribute is true (recorded into a CUDA graph) is never
+evicted, only cleared. :meth:`PlanCache.clear` makes no collective call, so a rank that clears
+alone is caught by the next lookup as above: it frees at once the entries whose ``free()`` is
+local (host plans) and *retires* those whose ``collective_free`` attribute is true (GPU plans: their
+free agrees across ranks). Retired entries are freed at the next lookup that every rank agrees on,
+or at :func:`redist.finalize` (a runtime hook clears every cache and frees what it retired), the
+same ones on every rank in rank 0's order; one that not every rank retired is dropped unfreed
+(its ``drop()`` is called where it has one). Nothing here imports a framework.
 """
 
 from __future__ import annotations
@@ -58,8 +64,10 @@ class PlanCache:
     order on every rank; a cache may be used from one thread at a time (a lock serialises them).
     """
 
-    def __init__(self, name: str, maxsize: int = DEFAULT_MAXSIZE) -> None:
+    def __init__(self, name: str, maxsize: int = DEFAULT_MAXSIZE, settle: Callable[[], None] | None = None) -> None:
         self.name = name
+        self._settle = settle  # called before redist.finalize() clears the cache (exchanges still in flight)
+        self._retired: list[tuple[int, Any]] = []  # (identity, entry) cleared but not yet freed (collective_free)
         self._maxsize = self._checked_size(maxsize)
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._history = 0  # the digest of every lookup since the last clear (equal on every rank)
@@ -67,7 +75,7 @@ class PlanCache:
         self._lock = threading.RLock()
         self._used = False  # looked up at least once (collective: on every rank alike); never reset
         self.hits = self.misses = 0
-        _runtime.add_runtime_hooks(on_finalize=self.clear)
+        _runtime.add_runtime_hooks(on_finalize=self._finalize)
 
     @staticmethod
     def _checked_size(maxsize: int) -> int:
@@ -97,37 +105,58 @@ class PlanCache:
             self._entries.pop(key).free()
 
     def clear(self) -> None:
-        """Collective: free every entry (least recently used first) and start a new history.
-
-        The ranks first agree on the entries they all hold (one ``allgather``, made by every cache
-        that was ever looked up; an entry is known across ranks by every rank's key digests). Those are freed, collectively, in rank 0's order.
-        Where the caches diverged (a rank that cleared alone, or planned on some ranks only), an
-        entry that not every rank holds cannot be freed collectively: it is dropped, and released as
-        an object collected without ``free()`` is (its symmetric memory at :func:`redist.finalize`)."""
+        """Collective by contract, but no collective call: every entry leaves the cache and a new
+        history starts. An entry whose free is local is freed now; one whose ``collective_free`` is
+        true is retired, and freed at the next lookup every rank agrees on (or at finalize())."""
         with self._lock:
             entries, self._entries = self._entries, OrderedDict()
             self._digests.clear()
             self._history = 0
-            if not _runtime.is_initialized() or not self._used:
-                return  # a cache never looked up (an adapter imported on some ranks only) agrees on nothing
-            comm = _runtime.context().engine.comm
-            mine = {digest(everyone): entry for (_, everyone), entry in entries.items()}
-            every = [list(mine)] if comm.Get_size() == 1 else comm.allgather(list(mine))
-            common = set(every[0]).intersection(*every[1:])
-            if len(common) != len(mine):
-                logging.getLogger("redist").warning(
-                    "%s: clear_cache() drops %d planned object(s) that not every rank holds (the caches had "
-                    "diverged); they are released without their collective free()", self.name, len(mine) - len(common))
-            for ident in every[0]:
-                if ident in common:
-                    mine[ident].free()
+            for (_, everyone), entry in entries.items():
+                if not _runtime.is_initialized():
+                    continue  # finalize() freed what the runtime held
+                if getattr(entry, "collective_free", False):
+                    retire = getattr(entry, "retire", None)
+                    if retire is not None:
+                        retire()
+                    self._retired.append((digest(everyone), entry))
+                else:
+                    entry.free()
+
+    def _release(self, comm) -> None:
+        """Collective: free the entries every rank retired, in rank 0's order; drop the others."""
+        mine = dict(self._retired)
+        self._retired = []
+        every = [list(mine)] if comm.Get_size() == 1 else comm.allgather(list(mine))
+        common = set(every[0]).intersection(*every[1:])
+        dropped = [entry for ident, entry in mine.items() if ident not in common]
+        if dropped:
+            logging.getLogger("redist").warning(
+                "%s: %d cleared plan(s) that not every rank held are dropped without their collective free() "
+                "(the caches had diverged)", self.name, len(dropped))
+            for entry in dropped:
+                drop = getattr(entry, "drop", None)
+                if drop is not None:
+                    drop()
+        for ident in every[0]:
+            if ident in common:
+                mine[ident].free()
+
+    def _finalize(self) -> None:
+        """redist.finalize()'s hook (collective): clear, then free what every rank retired."""
+        if self._settle is not None and self._used:
+            self._settle()
+        self.clear()
+        if self._used and _runtime.is_initialized():
+            with self._lock:
+                self._release(_runtime.context().engine.comm)
 
     def _gather(self, comm, mine: int, failed: bool) -> list[list[int]]:
-        """Collective: every rank's ``[key digest, history digest, failed]`` (one row per rank)."""
+        """Collective: every rank's ``[key digest, history digest, failed, retired]`` (one row per rank)."""
         if comm.Get_size() == 1:
-            return [[mine, self._history, int(failed)]]
-        send = np.array([mine, self._history, failed], np.int64)
-        recv = np.empty((comm.Get_size(), 3), np.int64)
+            return [[mine, self._history, int(failed), len(self._retired)]]
+        send = np.array([mine, self._history, failed, len(self._retired)], np.int64)
+        recv = np.empty((comm.Get_size(), 4), np.int64)
         comm.Allgather(send, recv)
         return recv.tolist()
 
@@ -158,6 +187,8 @@ class PlanCache:
                     f"{self.name}: rank {bad}'s plan cache has seen other calls than rank 0's (every rank must make "
                     "the same collective calls in the same order, and clear the cache together); this call is refused "
                     "on every rank: call clear_cache() on every rank to start again")
+            if any(row[3] for row in every):  # the ranks agree now: free what they retired at clear()
+                self._release(comm)
             everyone = tuple(row[0] for row in every)
             full = (key, everyone)
             self._history = digest((self._history, everyone))

@@ -63,7 +63,7 @@ __all__ = ["CACHE_SIZE", "cache_info", "clear_cache", "redistribute", "set_cache
 CACHE_SIZE = DEFAULT_MAXSIZE
 
 _TARGET = "redist_redistribute"
-_cache = PlanCache("redist.jax", CACHE_SIZE)
+_cache = PlanCache("redist.jax", CACHE_SIZE, settle=lambda: _settle())  # finalize() waits for exchanges in flight
 _entries: dict[int, _Entry] = {}  # entry number -> planned object (what the handler runs)
 _numbers = itertools.count(1)
 # the problem of the last failed handler call (an eager call re-raises it as the redist class); the
@@ -173,11 +173,23 @@ class _Entry:
             self._adjoint = adjoint(self.r._in_boxes, self.r._out_boxes)
         return self._adjoint
 
-    def free(self) -> None:
-        """Collective (the cache's eviction): the planned object goes; compiled calls of it then raise."""
+    @property
+    def collective_free(self) -> bool:
+        """Whether :meth:`free` is collective (a GPU plan's is): the cache then frees it at a lookup
+        every rank agrees on, not at ``clear_cache()`` (:mod:`redist._plan_cache`)."""
+        return self.gpu
+
+    def retire(self) -> None:
+        """Local (cleared from the cache, freed later): compiled calls of it raise from now on."""
         _entries.pop(self.number, None)
         self._views.clear()
         self._raws.clear()
+
+    drop = retire  # not freed at all (caches that diverged): released when collected
+
+    def free(self) -> None:
+        """Collective (the cache's eviction): the planned object goes; compiled calls of it then raise."""
+        self.retire()
         self.r.free()
 
 

@@ -349,6 +349,12 @@ class _Forward:
         _execute_into(r, outs, self.fields, self.gpu)
         return outs
 
+    @property
+    def collective_free(self) -> bool:
+        """Whether :meth:`free` is collective (a GPU plan's is): :mod:`redist._plan_cache` then
+        frees it at a lookup every rank agrees on."""
+        return self.gpu
+
     def free(self) -> None:
         self.r.free()
 
@@ -411,6 +417,11 @@ class _Backward:
             for acc in result:
                 acc[where] = 0
         return result
+
+    @property
+    def collective_free(self) -> bool:
+        """As :attr:`_Forward.collective_free`."""
+        return any(r.memory_space == "cuda" for r in self.rounds)
 
     def free(self) -> None:
         for r in self.rounds:

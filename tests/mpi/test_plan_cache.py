@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The adapters' plan cache (pybind/_plan_cache.py) under mpiexec: clear() after the ranks' caches
-diverged frees collectively only what every rank holds (tests/mpi/workers/plan_cache_worker.py)."""
+diverged frees collectively only what every rank held, and a clear() on one rank only is caught by
+the next lookup (tests/mpi/workers/plan_cache_worker.py)."""
 
 from __future__ import annotations
 
@@ -12,3 +13,8 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_clear_after_divergence(mpirun, nprocs):
     mpirun(nprocs, "plan_cache_worker.py", "diverged", timeout=120)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_clear_on_one_rank(mpirun, nprocs):
+    mpirun(nprocs, "plan_cache_worker.py", "lone-clear", timeout=120)
