@@ -112,9 +112,9 @@ class PlanCache:
             entries, self._entries = self._entries, OrderedDict()
             self._digests.clear()
             self._history = 0
+            if not _runtime.is_initialized():
+                return  # finalize() freed what the runtime held
             for (_, everyone), entry in entries.items():
-                if not _runtime.is_initialized():
-                    continue  # finalize() freed what the runtime held
                 if getattr(entry, "collective_free", False):
                     retire = getattr(entry, "retire", None)
                     if retire is not None:

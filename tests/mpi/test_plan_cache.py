@@ -11,10 +11,6 @@ pytestmark = pytest.mark.mpi
 
 
 @pytest.mark.parametrize("nprocs", [2, 3])
-def test_clear_after_divergence(mpirun, nprocs):
-    mpirun(nprocs, "plan_cache_worker.py", "diverged", timeout=120)
-
-
-@pytest.mark.parametrize("nprocs", [2, 3])
-def test_clear_on_one_rank(mpirun, nprocs):
-    mpirun(nprocs, "plan_cache_worker.py", "lone-clear", timeout=120)
+@pytest.mark.parametrize("mode", ["diverged", "lone-clear"])
+def test_clear(mpirun, nprocs, mode):
+    mpirun(nprocs, "plan_cache_worker.py", mode, timeout=120)
