@@ -460,10 +460,10 @@ def _unflag(fields):
 # without custom_op's per-call wrappers (an empty operator: 12 against 15.5 us per eager call, 31.5
 # against 36 compiled, torch 2.13 on a 2-core VM: perf/probe_torch_call.py).
 _lib = torch.library.Library("redist", "DEF")
-_lib.define("redistribute(Tensor[] fields, int[] input_distribution, int[] output_distribution, int options, "
+_lib.define("redistribute(Tensor[] fields, SymInt[] input_distribution, SymInt[] output_distribution, SymInt options, "
             "bool needs_grad) -> Tensor[]", tags=(torch.Tag.pt2_compliant_tag,))  # (custom_op's tag)
-_lib.define("redistribute_adjoint(Tensor[] grads, int[] input_distribution, int[] output_distribution, int options, "
-            "int[] input_shape) -> Tensor[]", tags=(torch.Tag.pt2_compliant_tag,))
+_lib.define("redistribute_adjoint(Tensor[] grads, SymInt[] input_distribution, SymInt[] output_distribution, SymInt options, "
+            "SymInt[] input_shape) -> Tensor[]", tags=(torch.Tag.pt2_compliant_tag,))
 
 
 def _redistribute_kernel(fields: list[torch.Tensor], input_distribution: list[int], output_distribution: list[int],

@@ -274,6 +274,29 @@ def compiled():
             f"compiled with result_layout={layout!r} set in place: eager's values and strides",
         )
     sizes_change()
+    if not GPU:
+        marked_dynamic()
+
+
+def marked_dynamic():
+    """An axis marked dynamic stays symbolic through the backward: the operators' integers are
+    SymInt (an int[] input_shape of the adjoint pinned it: ConstraintViolationError)."""
+
+    def loss(a, shape):
+        y = rt.redistribute(a, Slab.X, Slab.Y, global_shape=shape)
+        return (y * y).sum()
+
+    fast = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    for g in ((8, 6, 4), (11, 7, 5)):
+        x = piece(global_values(g, np.float64), Slab.X.box(rank, g, nranks=nranks).as_tuple())
+        torch._dynamo.mark_dynamic(x, 2)
+        try:
+            (grad,) = torch.autograd.grad(fast(x, g), x)
+            (grad_eager,) = torch.autograd.grad(loss(x, g), x)
+        except Exception as e:  # noqa: BLE001
+            report.fail(f"mark_dynamic, {g}: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        report.check(torch.equal(grad, grad_eager), f"mark_dynamic, {g}: eager's gradient")
 
 
 def sizes_change():
