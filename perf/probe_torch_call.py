@@ -61,7 +61,7 @@ def empty_ops():
     custom.register_fake(fake)
     custom.register_autograd(backward)
     lib = torch.library.Library("redist_probe", "FRAGMENT")
-    lib.define("low(Tensor[] fields, int[] a, int[] b, int o, bool g) -> Tensor[]")
+    lib.define("low(Tensor[] fields, SymInt[] a, SymInt[] b, SymInt o, bool g) -> Tensor[]")  # custom_op's schema
     lib.impl("low", kernel, "CompositeExplicitAutograd")
     torch.library.register_fake("redist_probe::low", fake, lib=lib)
     torch.library.register_autograd("redist_probe::low", backward, lib=lib)
