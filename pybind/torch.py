@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.autograd import forward_ad
 
 from . import _runtime
 from ._adjoint import adjoint, local_region
@@ -530,11 +531,13 @@ def _adjoint_backward(ctx, grads):
 
 
 
+_VMAP_REFUSED = ("redist.torch.redistribute under torch.func.vmap: a batched call would be one collective per batch "
+                 "element on each rank, and ranks may batch differently; move the batch into the tensor (an extra axis "
+                 "of the boxes) instead")
+
+
 def _refuse_vmap(info, in_dims, *args):
-    raise NotSupportedError(
-        "redist.torch.redistribute under torch.func.vmap: a batched call would be one collective per batch element "
-        "on each rank, and ranks may batch differently; move the batch into the tensor (an extra axis of the boxes) "
-        "instead")
+    raise NotSupportedError(_VMAP_REFUSED)
 
 
 for _name, _kernel, _fake, _backward, _context in (
@@ -582,8 +585,28 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
         plain = (_plain(input_distribution), _plain(output_distribution), g, _plain_options(options))
         codes = _resolve(*(_static(plain) if torch.compiler.is_compiling() else plain), tensors[0].dim())
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+    refused = None if torch.compiler.is_compiling() else _transform_problem(tensors)
+    if refused is not None:  # raised on every rank: the peers' calls meet this one in the cache's lookup
+        _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)))
     out = torch.ops.redist.redistribute(tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad)
     return tuple(out) if fields else out[0]
+
+
+def _transform_problem(tensors: Sequence[torch.Tensor]) -> str | None:
+    """Why ``tensors`` cannot go through the operator (a torch.func transform's wrapper or a
+    forward-mode dual tensor, whose tangent the operator would drop), or None. Local."""
+    for t in tensors:
+        if torch._C._functorch.is_batchedtensor(t):
+            return _VMAP_REFUSED
+        if torch._C._functorch.is_gradtrackingtensor(t):
+            return ("redist.torch.redistribute under torch.func.grad, vjp, jvp, jacrev or jacfwd is not supported "
+                    "(torch's transforms would drop or refuse its derivative); differentiate with torch.autograd "
+                    "instead (loss.backward(), torch.autograd.grad)")
+        if forward_ad._current_level >= 0 and forward_ad.unpack_dual(t).tangent is not None:
+            return ("redist.torch.redistribute of a dual tensor (torch.autograd.forward_ad): forward-mode "
+                    "differentiation is not supported (the tangent would be dropped); use reverse mode "
+                    "(loss.backward(), torch.autograd.grad)")
+    return None
 
 
 def clear_cache() -> None:

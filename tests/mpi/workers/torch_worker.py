@@ -5,7 +5,8 @@ grad: values (element = global index) and the gradient of every case: gradcheck 
 at P = 1; at P > 1 the distributed check -- the central difference of the global loss (every
 rank's loss, summed), all ranks perturbed together along random directions, against the
 allreduced <grad, direction> -- for the gradient and for double backward. Also no_grad,
-autocast, requires_grad on some fields only, vmap refused, conj/neg/non-contiguous tensors.
+autocast, requires_grad on some fields only, vmap and torch.func's grad/jvp and forward-mode AD refused (on one
+rank only too), conj/neg/non-contiguous tensors.
 compile: torch.compile(fullgraph=True) of a forward + backward step, torch._dynamo.explain with
 zero graph breaks, the same values and gradients as eager, the plan cache hit on later steps.
 bad: one rank wrong at a time; every rank raises the same redist error (the caller's timeout is
@@ -216,6 +217,28 @@ def fields_and_modes():
         "vmap",
         "vmap refused",
     )
+    plain = u.detach()
+
+    def on_rank0(transform):  # rank 0 under a transform, the others call plainly: refused on every rank
+        def call():
+            if rank == 0:
+                return transform(lambda a: rt.redistribute(a, Slab.Y, Slab.Z, global_shape=g), plain)
+            return rt.redistribute(plain, Slab.Y, Slab.Z, global_shape=g)
+
+        return call
+
+    def dual(fn, a):  # forward-mode AD: the tangent would be dropped
+        with torch.autograd.forward_ad.dual_level():
+            return fn(torch.autograd.forward_ad.make_dual(a, torch.ones_like(a)))
+
+    for label, transform, pattern in (
+        ("torch.func.jvp", lambda fn, a: torch.func.jvp(fn, (a,), (torch.ones_like(a),)), "torch.func.grad, vjp, jvp"),
+        ("torch.func.grad", lambda fn, a: torch.func.grad(lambda b: fn(b).sum())(a), "torch.func.grad, vjp, jvp"),
+        ("forward_ad dual tensor", dual, "forward-mode"),
+        ("vmap", lambda fn, a: torch.func.vmap(fn)(a.unsqueeze(0)), "vmap"),
+    ):
+        report.expect_error(on_rank0(transform), redist.NotSupportedError, f"rank 0: .*{pattern}",
+                            f"{label} on rank 0 only: refused on every rank")
 
 
 def compiled():
