@@ -529,8 +529,6 @@ def _adjoint_backward(ctx, grads):
     return again, None, None, None, None
 
 
-
-
 _VMAP_REFUSED = ("redist.torch.redistribute under torch.func.vmap: a batched call would be one collective per batch "
                  "element on each rank, and ranks may batch differently; move the batch into the tensor (an extra axis "
                  "of the boxes) instead")
