@@ -30,18 +30,7 @@ import os
 import time
 
 import numpy as np
-
-
-def _median_us(fn, reps: int, rounds: int = 7) -> float:
-    for _ in range(reps):  # warm-up
-        fn()
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        times.append((time.perf_counter() - t0) / reps * 1e6)
-    return float(np.median(times))
+from host_timing import per_call_us
 
 
 def copies() -> None:
@@ -71,12 +60,12 @@ def copies() -> None:
                 copy.move(ptrs, refused)
 
             reps = max(20, 20000 // kib)
-            a, b = _median_us(by_numpy, reps), _median_us(by_kernel, reps)
+            a, b = per_call_us(by_numpy, reps, runs=7), per_call_us(by_kernel, reps, runs=7)
             by_kernel()
             assert not refused[0] and np.array_equal(dst.view(np.uint8)[:run], src.view(np.uint8)[:run])
             print(f"{kib:>9} KiB {nruns:>6} {a:>10.2f} {b:>10.2f} {b / a:>6.2f}")
     a = np.zeros(10)
-    print(f"data pointer of a numpy operand (Python path, per call): {_median_us(lambda: compiled.data_pointer(a), 20000) * 1e3:.0f} ns")
+    print(f"data pointer of a numpy operand (Python path, per call): {per_call_us(lambda: compiled.data_pointer(a), 20000, runs=7) * 1e3:.0f} ns")
 
 
 def calls(iters: int) -> None:

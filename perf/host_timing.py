@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The one host timing loop of the perf/ scripts (variants interleaved, slowest rank, medians), and
-the cross-memory calls the probes time."""
+"""The host timing loops of the perf/ scripts (variants interleaved, slowest rank, medians; one
+process's median per call), and the cross-memory calls the probes time."""
 
 from __future__ import annotations
 
@@ -24,6 +24,20 @@ def interleaved_medians_ms(variants: dict[str, Callable[[], object]], comm, *, i
             t = time.perf_counter() - t0
             times[k].append(max(comm.allgather(t)))
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
+def per_call_us(fn: Callable[[], object], calls: int, *, runs: int = 5, warm: int | None = None) -> float:
+    """Median µs per call of ``fn`` on this process alone: ``runs`` timed loops of ``calls`` calls,
+    after ``warm`` untimed calls (default ``calls``)."""
+    for _ in range(calls if warm is None else warm):
+        fn()
+    per = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(per)
 
 
 def cross_memory_calls():

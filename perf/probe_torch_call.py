@@ -19,27 +19,14 @@ the adapter), P = 1, µs per call (median of 5 runs of 5,000 calls):
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import torch
+from host_timing import per_call_us
 
 import redist
 import redist.torch as adapter
 from redist import Slab
-
-
-def host_us(fn, calls: int = 5000, runs: int = 5) -> float:
-    for _ in range(100):
-        fn()
-    per = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(per)
 
 
 def empty_ops():
@@ -102,7 +89,7 @@ def main() -> None:
         rows[f"empty op: {name}, compiled"] = comp
     print(f"probe_torch_call: P = 1, {n}^3 complex128, torch {torch.__version__}, host µs per call")
     for name, fn in rows.items():
-        print(f"  {name:<34} {host_us(fn):8.2f}")
+        print(f"  {name:<34} {per_call_us(fn, 5000, warm=100):8.2f}")
     adapter.clear_cache()
     redist.finalize()
 

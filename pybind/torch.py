@@ -262,24 +262,12 @@ def _resolve(input_distribution: tuple, output_distribution: tuple, global_shape
 _runtime.add_runtime_hooks(on_finalize=_memo.clear)  # rank and size may differ after the next initialize()
 
 
-def _layout_perm(layout, ndim: int) -> tuple[int, ...]:
-    return geo.axis_order(layout, ndim)
-
-
-def _empty_like_layout(shape: Sequence[int], layout, dtype, device) -> torch.Tensor:
-    """A fresh tensor of ``shape`` whose memory runs in ``layout`` ("C", "F" or axes slowest first)."""
-    perm = _layout_perm(layout, len(shape))
-    dense = torch.empty([shape[a] for a in perm], dtype=dtype, device=device)
-    inverse = sorted(range(len(perm)), key=perm.__getitem__)
-    return dense.permute(inverse)
-
-
 class _Allocation:
-    """:func:`_empty_like_layout` of one shape and layout, its permutation worked out once (a planned
-    object's fresh outputs, per call)."""
+    """Fresh tensors of ``shape`` whose memory runs in ``layout`` ("C", "F" or axes slowest first),
+    the permutation worked out once (a planned object's outputs, per call; the fake's)."""
 
     def __init__(self, shape: Sequence[int], layout) -> None:
-        perm = _layout_perm(layout, len(shape))
+        perm = geo.axis_order(layout, len(shape))
         self.dense = [shape[a] for a in perm]
         identity = list(perm) == sorted(perm)
         self.inverse = None if identity else sorted(range(len(perm)), key=perm.__getitem__)
@@ -489,7 +477,8 @@ def _redistribute_fake(fields, input_distribution, output_distribution, options,
             "ranks: pass global_shape=..., distributions bound to it (Slab.X.bind(shape)), or Box distributions")
     shape = _box_shape(output_distribution)
     layout = _options[options].result_layout
-    return [_empty_like_layout(shape, layout, t.dtype, t.device) for t in fields]
+    alloc = _Allocation(shape, layout)
+    return [alloc(t.dtype, t.device) for t in fields]
 
 
 def _adjoint_kernel(grads: list[torch.Tensor], input_distribution: list[int], output_distribution: list[int],
