@@ -205,11 +205,12 @@ for s in "$@"; do
       done; done; done
     done ;;
   torch)
-    step "redist.torch (#45): GPU tests P=1 (and P=2 on two GPUs), 2 ranks sharing a GPU, the reduce-overhead bench P=1"
+    step "redist.torch (#45): where an eager call's host time goes, the reduce-overhead bench P=1, then GPU tests P=1 (and P=2 on two GPUs) and 2 ranks sharing a GPU"
+    timeout 90 $MPI -n 1 python3 perf/probe_torch_gpu_call.py 64 > "$OUT/probe_torch_gpu_call.txt" 2>&1; head -16 "$OUT/probe_torch_gpu_call.txt"
+    TORCH_LOGS=perf_hints timeout ${TORCH_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_torch_gpu.py --n ${TORCH_GPU_SIZES:-64 128 256} --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | sed -n '/^redist.torch on GPUs/,$p'
+    [ "${TORCH_TESTS:-1}" = 0 ] && continue
     timeout ${TORCH_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_torch_gpu.txt" | tail -8
-    REDIST_SHARED_GPU=1 timeout ${TORCH_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_torch_gpu.txt" | tail -8
-    timeout 60 $MPI -n 1 python3 perf/probe_torch_gpu_call.py 64 2>&1 | tee "$OUT/probe_torch_gpu_call.txt" | tail -8
-    TORCH_LOGS=perf_hints timeout ${TORCH_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_torch_gpu.py --n 64 128 256 --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | tail -12 ;;
+    REDIST_SHARED_GPU=1 timeout ${TORCH_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_torch_gpu.txt" | tail -8 ;;
   torch-host)
     step "host: probe_torch_call.py (P = 1) and bench_torch.py (#45) on the machine's cores, P = ${TORCH_HOST_RANKS:-2 4}"
     CUDA_VISIBLE_DEVICES= timeout 120 mpiexec --allow-run-as-root -n 1 python3 perf/probe_torch_call.py 2>&1 | tee "$OUT/probe_torch_call.txt" | tail -11

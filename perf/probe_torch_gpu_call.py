@@ -11,12 +11,22 @@ then one synchronize; median of 5 such runs):
 * ``+ fresh t``: a fresh ``torch.empty`` every call (the caching allocator gives the same block back);
 * ``+ rebind operand``: that, with ``reset_operand_unchecked(x)`` first;
 * ``+ unbind, release``: that, then ``_unbind_outs()`` and ``release_operand()`` (the adapter's
-  whole sequence on GPUs, ``_execute_into``);
+  whole sequence on GPUs until 2026-12-07);
+* ``_execute_fresh, release``: the sequence now (``_execute_into``: the fresh tensor bound without
+  ``out=``'s checks, and not unbound);
+* ``kernel``: the operator's Python kernel (the plan cache's lookup and the sequence);
+* ``torch.ops.redist.redistribute``: the kernel through torch's dispatcher;
 * ``redist.torch.redistribute``: the adapter, eager, no gradient.
+
+Then the functions where the adapter's calls spend their host time (``cProfile``, 500 calls, the
+top 25 by own time): what the rows above do not split; and the same for ``execute(out=t)`` (#44:
+what a repeated out= adds to ``execute()``).
 """
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -55,6 +65,8 @@ def main() -> None:
     r.plan()
     shape = r.output_box.box_shape
     t = torch.empty(shape, dtype=torch.complex64, device=device)
+    redist.torch.redistribute(x, X, Y)  # the operator's arguments, as redistribute() makes them
+    codes = redist.torch._resolve(redist.torch._plain(X), redist.torch._plain(Y), None, redist.torch._plain_options(None), 3)
 
     def fresh():
         r.execute(out=torch.empty(shape, dtype=torch.complex64, device=device))
@@ -63,7 +75,7 @@ def main() -> None:
         r.reset_operand_unchecked(x)
         fresh()
 
-    def adapter_sequence():  # what redist.torch does on GPUs (_execute_into)
+    def old_sequence():  # what redist.torch did on GPUs until 2026-12-07
         r.reset_operand_unchecked(x)
         try:
             fresh()
@@ -71,17 +83,40 @@ def main() -> None:
             r._unbind_outs()
             r.release_operand()
 
+    def adapter_sequence():  # what it does now (_execute_into): the fresh tensor bound without out='s checks
+        r.reset_operand_unchecked(x)
+        try:
+            r._execute_fresh([torch.empty(shape, dtype=torch.complex64, device=device)])
+        finally:
+            r.release_operand()
+
+    def kernel():  # the operator's Python kernel, without torch's dispatcher
+        redist.torch._redistribute_kernel([x], list(codes[0]), list(codes[1]), codes[2], False)
+
     rows = {
         "execute()": lambda: r.execute(),
         "execute(out=t)": lambda: r.execute(out=t),
         "+ fresh t": fresh,
         "+ rebind operand": rebound,
-        "+ unbind, release": adapter_sequence,
+        "+ unbind, release": old_sequence,
+        "_execute_fresh, release": adapter_sequence,
+        "kernel": kernel,
+        "torch.ops.redist.redistribute": lambda: torch.ops.redist.redistribute([x], list(codes[0]), list(codes[1]), codes[2], False),
         "redist.torch.redistribute": lambda: redist.torch.redistribute(x, X, Y),
     }
     print(f"probe_torch_gpu_call: P = 1, {n}^3 complex64, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for name, fn in rows.items():
         print(f"  {name:<28} {host_us(fn):8.1f} us per call (host)")
+    for name, calls, top in (("redist.torch.redistribute", 500, 25), ("+ fresh t", 500, 20), ("execute(out=t)", 2000, 15)):
+        fn = rows[name]
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        profile.disable()
+        print(f"cProfile of {calls} calls of {name} (own time):")
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(top)
     r.free()
     redist.torch.clear_cache()
     redist.finalize()

@@ -109,23 +109,40 @@ class _Binding:
 
     def _execute_fresh(self, outs: Sequence) -> None:
         """Collective: :meth:`execute` into ``outs`` (torch tensors, one per field) that the caller
-        has just allocated for this call in the result's shape and dtype: the framework adapters'
-        fresh outputs. On the host they are bound without ``out=``'s checks, which such memory
-        passes by construction (private to the call, writable, new, so overlapping neither the
-        operand nor a result): a few microseconds per call less. Elsewhere (GPUs, DEBUG logging,
-        not ready) as ``execute(out=...)``."""
-        if (self._streams or self._fresh or self._state is not _READY
+        has just allocated for this call in the result's shape, dtype, layout and device: the
+        framework adapters' fresh outputs. They are bound without ``out=``'s checks, which such
+        memory passes by construction (private to the call, writable, new, so overlapping neither
+        the operand nor a result): a few microseconds per call less on the host; on GPUs (device
+        operands) tens, and an output at the address bound already (torch's caching allocator hands
+        the same block back) is not bound again. Nothing here keeps an output alive: torch's
+        allocator orders reuse on the stream the exchange runs on. Elsewhere (host operands on a
+        GPU, result="fresh", DEBUG logging, not ready) as ``execute(out=...)``."""
+        gpu = self._streams
+        if ((gpu and self._template.memory != "cuda") or self._fresh or self._state is not _READY
                 or self._logger.isEnabledFor(logging.DEBUG)):
-            self.execute(out=tuple(outs) if self._fields else outs[0])
+            try:
+                self.execute(out=tuple(outs) if self._fields else outs[0])
+            finally:
+                if gpu:  # execute(out=) keeps a GPU out= alive until the next call (an in-flight graph writes it)
+                    self._unbind_outs()
             return
+        exe = self._exe
         for f, out in enumerate(outs):
-            res = self._exe.results[f]
+            res = exe.results[f]
+            ptr = out.data_ptr()
             strides = tuple(s if n > 1 else 0 for n, s in zip(res.shape, out.stride()))
-            self._exe.bind_output(Buffer(out.data_ptr(), res.shape, strides, res.itemsize), f)
+            if not gpu:
+                exe.bind_output(Buffer(ptr, res.shape, strides, res.itemsize), f)
+            elif not ptr:  # an empty box: nothing to write (0 is no device memory)
+                exe.bind_output(None, f)
+            else:
+                bound = exe.bound_output(f)
+                if bound is None or bound.ptr != ptr or bound.strides != strides:
+                    exe.bind_output(Buffer(ptr, res.shape, strides, res.itemsize, "cuda", res.device_id), f)
             self._outs[f] = _weak(out)
         self._outs_bound = self._fields
         try:
-            self._exe.execute(0, True, False, None)
+            exe.execute(self._stream(None) if gpu else 0, True, False, None)
         except BaseException:
             self._unbind_outs()  # as execute() does
             raise

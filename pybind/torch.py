@@ -290,20 +290,16 @@ def _local_problem(in_code, out_code) -> collective.Problem | None:
     return None
 
 
-def _execute_into(r: Redistribute, outs: list[torch.Tensor], fields: bool, gpu: bool) -> None:
+def _execute_into(r: Redistribute, outs: list[torch.Tensor], gpu: bool) -> None:
     """Collective: the exchange written straight into ``outs`` (fresh tensors of torch's allocator;
-    on GPUs out= in ordinary device memory, #44: one pass). On GPUs nothing is kept alive after
-    the call: cudagraph trees refuse a tensor of their pool that something else holds."""
-    if not gpu:
-        r._execute_fresh(outs)
-        return
-    empty = outs[0].numel() == 0  # every field's box is this rank's output box
+    on GPUs out= in ordinary device memory, #44: one pass). On GPUs no tensor is kept alive after
+    the call (the operand is released; the outputs are bound without a reference): cudagraph trees
+    refuse a tensor of their pool that something else holds."""
     try:
-        # an empty box: nothing to write (its tensor's data pointer is 0, which is no device memory)
-        r.execute(out=None if empty else tuple(outs) if fields else outs[0])
+        r._execute_fresh(outs)
     finally:
-        r._unbind_outs()  # the executable would keep the last out= alive (an in-flight graph writes it)
-        r.release_operand()
+        if gpu:
+            r.release_operand()
 
 
 def _copied_result(r: Redistribute, fields: bool) -> list[torch.Tensor]:
@@ -353,7 +349,7 @@ class _Forward:
             if capturing and self.nranks > 1:
                 return _copied_result(r, self.fields)
         outs = [self.alloc(t.dtype, t.device) for t in fields]
-        _execute_into(r, outs, self.fields, self.gpu)
+        _execute_into(r, outs, self.gpu)
         return outs
 
     @property
@@ -412,7 +408,7 @@ class _Backward:
                 outs = _copied_result(r, self.fields)
             else:
                 outs = [torch.empty(geo.box_shape(box), dtype=g.dtype, device=g.device) for g in grads]
-                _execute_into(r, outs, self.fields, gpu)
+                _execute_into(r, outs, gpu)
             if inverse:
                 result = outs
             elif not geo.is_empty(box):

@@ -83,6 +83,10 @@ class Bindings:
         self._active._set_delta(field, delta)  # the running one's nodes only
         self._out_unagreed = True
 
+    def bound_output(self, field: int = 0) -> Buffer | None:
+        """Field ``field``'s output as bound now (None: its engine-owned result)."""
+        return self._outputs.bufs[field]
+
     def _set_delta(self, field: int, delta: int) -> None:
         if delta == self._out_deltas[field]:
             return
