@@ -571,8 +571,21 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
     refused = None if torch.compiler.is_compiling() else _transform_problem(tensors)
     if refused is not None:  # raised on every rank: the peers' calls meet this one in the cache's lookup
         _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)))
-    out = torch.ops.redist.redistribute(tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad)
+    args = tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad
+    if not needs_grad and refused is None and not torch.compiler.is_compiling() and _undispatched(tensors):
+        out = _redistribute_kernel(*args)  # what torch's dispatcher would run, without its ~10 us per call
+    else:
+        out = torch.ops.redist.redistribute(*args)
     return tuple(out) if fields else out[0]
+
+
+def _undispatched(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether an eager call that records no gradient may run the operator's kernel without torch's
+    dispatcher: nothing of torch's would see the operator (no dispatch or function mode, such as
+    FakeTensorMode or ``with torch.device(...)``, no tensor subclass, JIT trace or profiler). Local."""
+    return (not torch._C._len_torch_dispatch_stack() and not torch._C._is_torch_function_mode_enabled()
+            and torch._C._get_tracing_state() is None and not torch.autograd._profiler_enabled()
+            and all(type(t) is torch.Tensor for t in tensors))
 
 
 def _transform_problem(tensors: Sequence[torch.Tensor]) -> str | None:

@@ -200,6 +200,32 @@ def fields_and_modes():
     with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
         y = rt.redistribute(u, Slab.Y, Slab.Z, global_shape=g)
     report.check(y.dtype == torch.float64, f"autocast keeps the dtype: {y.dtype}")
+    # an eager call without gradient skips torch's dispatcher, except where torch would see the operator: a
+    # dispatch mode (on rank 0 only: the ranks' calls meet all the same), the profiler
+    class Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    plain_y = rt.redistribute(u.detach(), Slab.Y, Slab.Z, global_shape=g)
+    recorder = Recorder()
+    if rank == 0:
+        with recorder:
+            y = rt.redistribute(u.detach(), Slab.Y, Slab.Z, global_shape=g)
+    else:
+        y = rt.redistribute(u.detach(), Slab.Y, Slab.Z, global_shape=g)
+    report.check(torch.equal(y, plain_y), "a dispatch mode on rank 0 only: the same values")
+    report.check(rank != 0 or any(op.startswith("redist.redistribute") for op in recorder.ops),
+                 f"a dispatch mode sees the operator: {recorder.ops}")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        y = rt.redistribute(u.detach(), Slab.Y, Slab.Z, global_shape=g)
+    names = {e.key for e in prof.key_averages()}
+    report.check(torch.equal(y, plain_y) and "redist::redistribute" in names,
+                 f"the profiler sees the operator: {sorted(n for n in names if 'redist' in n)}")
     base = piece(global_values(g, np.complex128), ib, requires_grad=False)
     for what, t in (
         ("conj", base.conj()),
