@@ -120,6 +120,8 @@ class _Binding:
         gpu = self._streams
         if ((gpu and self._template.memory != "cuda") or self._fresh or self._state is not _READY
                 or self._logger.isEnabledFor(logging.DEBUG)):
+            if gpu:  # an empty box's tensor (address 0) is no device memory: nothing to write, the result stays
+                outs = [o if o.data_ptr() else None for o in outs]
             try:
                 self.execute(out=tuple(outs) if self._fields else outs[0])
             finally:
@@ -127,22 +129,29 @@ class _Binding:
                     self._unbind_outs()
             return
         exe = self._exe
-        for f, out in enumerate(outs):
-            res = exe.results[f]
-            ptr = out.data_ptr()
-            strides = tuple(s if n > 1 else 0 for n, s in zip(res.shape, out.stride()))
-            if not gpu:
-                exe.bind_output(Buffer(ptr, res.shape, strides, res.itemsize), f)
-            elif not ptr:  # an empty box: nothing to write (0 is no device memory)
-                exe.bind_output(None, f)
-            else:
-                bound = exe.bound_output(f)
-                if bound is None or bound.ptr != ptr or bound.strides != strides:
-                    exe.bind_output(Buffer(ptr, res.shape, strides, res.itemsize, "cuda", res.device_id), f)
-            self._outs[f] = _weak(out)
-        self._outs_bound = self._fields
+        problem, stream = None, 0
+        self._outs_bound = self._fields  # (before binding: a bind that fails part way is undone whole)
         try:
-            exe.execute(self._stream(None) if gpu else 0, True, False, None)
+            for f, out in enumerate(outs):
+                res = exe.results[f]
+                ptr = out.data_ptr()
+                strides = tuple(s if n > 1 else 0 for n, s in zip(res.shape, out.stride()))
+                if not gpu:
+                    exe.bind_output(Buffer(ptr, res.shape, strides, res.itemsize), f)
+                elif not ptr:  # an empty box: nothing to write (0 is no device memory)
+                    if exe.bound_output(f) is not None:
+                        exe.bind_output(None, f)
+                else:
+                    bound = exe.bound_output(f)
+                    if bound is None or bound.ptr != ptr or bound.strides != strides:
+                        exe.bind_output(Buffer(ptr, res.shape, strides, res.itemsize, "cuda", res.device_id), f)
+                self._outs[f] = _weak(out)
+            if gpu:
+                stream = self._stream(None)
+        except Exception as e:  # noqa: BLE001 -- agreed on by the call: every rank raises it
+            problem = collective.problem(e)
+        try:
+            exe.execute(stream, True, False, problem)
         except BaseException:
             self._unbind_outs()  # as execute() does
             raise

@@ -271,6 +271,7 @@ class Outputs:
     executable applies the offsets it gives."""
 
     REGISTRY = 32  # entries per rank; beyond, the registry starts again (the same call on every rank)
+    EXPORTED = 64  # allocations whose description (base, IPC handle) is kept; beyond, all but those bound now go
 
     def __init__(self, rt: Any, nfields: int, push_to: Sequence[int], push_from: Sequence[int],
                  results: Sequence[Any], peer_out: dict[int, int], field_offsets: Sequence[int]) -> None:
@@ -349,8 +350,9 @@ class Outputs:
         if known is None:  # pointer queries only: allowed while a stream captures (the export is not)
             base, _, ok, why = api.allocation(buf.ptr)
             known = [base, b"" if ok else None, why]
-            if len(self._exported) >= 64:
-                self._exported.clear()
+            if len(self._exported) >= self.EXPORTED:  # all but the allocations bound now go (payload() reads theirs)
+                bound = {d.buffer_id for d in self.descs}
+                self._exported = {b: v for b, v in self._exported.items() if b in bound}
             self._exported[bid] = known
         base, handle, why = known
         return OutDesc("private", buf.ptr - base, bid, None, why, planned, handle is not None)

@@ -350,6 +350,46 @@ def test_registry_starts_again_when_full(monkeypatch):
     _job(3, (9, 10, 6), 8, body)
 
 
+def test_allocations_forgotten_keep_those_bound(monkeypatch):
+    """Two fields into two private allocations, with room to keep one allocation's description:
+    binding the second forgets others but not the first's, which the call's gather sends."""
+    import math
+
+    from helpers import global_bytes as gbytes
+    from redist.engine.cuda.user_memory import Outputs
+    from redist.engine.plan import fuse
+
+    monkeypatch.setattr(Outputs, "EXPORTED", 1)
+    p, gshape, sizes = 2, (5, 6, 4), (8, 16)
+    ib, ob = slab_boxes(gshape, p, 0), slab_boxes(gshape, p, 1)
+    Gs = [gbytes(gshape, isz, 30 + f) for f, isz in enumerate(sizes)]
+
+    def rank(hub, r):
+        rt = _Runtime(hub, r)
+        exe = _lower(rt, fuse([make_plan(r, ib, ob, itemsize=isz) for isz in sizes]), transport="push")
+        exe.graphs = False
+        ops = []
+        for f, isz in enumerate(sizes):
+            a = operand_bytes(Gs[f], ib[r], geo.dense_strides(geo.box_shape(ib[r])), isz)
+            ops.append(rt.dev_alloc(len(a)))
+            rt.hub.write(ops[-1], a)
+        shape = geo.box_shape(ob[r])
+        exe.rebind_inputs(ops, [None] * 2)
+        for it in range(3):  # new allocations each time: every bind forgets the others
+            xs = [rt.dev_alloc(math.prod(shape) * isz) for isz in sizes]
+            for f, (x, isz) in enumerate(zip(xs, sizes)):
+                exe.bind_output(_device_buffer(x, shape, isz), f)
+            exe.execute(0)
+            rt.comm.allgather(None)
+            ok = all(np.array_equal(rt.hub.read(x, math.prod(shape) * isz), expected_bytes(G, ob[r], "C"))
+                     for x, isz, G in zip(xs, sizes, Gs))
+            assert all(rt.comm.allgather(ok)), (r, it)
+            rt.comm.allgather(None)
+        exe.free()
+
+    _run_threads(p, rank)
+
+
 @pytest.mark.parametrize(
     ("p", "transport", "landing"),
     [(1, "push", False), (2, "push", False), (2, "push", True), (3, "push", True), (3, "put", False)],
