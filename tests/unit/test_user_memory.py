@@ -262,6 +262,16 @@ def test_new_private_output_inside_a_capture_is_refused():
     _job(2, (6, 8, 4), 8, body)
 
 
+def _field_operands(rt, globs, box, sizes) -> list[int]:
+    """Each field's operand (this rank's ``box`` of ``globs[f]``, elements of ``sizes[f]`` bytes) in device memory."""
+    ops = []
+    for glob, isz in zip(globs, sizes):
+        a = operand_bytes(glob, box, geo.dense_strides(geo.box_shape(box)), isz)
+        ops.append(rt.dev_alloc(len(a)))
+        rt.hub.write(ops[-1], a)
+    return ops
+
+
 @pytest.mark.parametrize("transport", ["push", "mixed"])
 def test_fused_fields_into_private_strided_outputs(transport, monkeypatch):
     """Three fields: field 1 into private memory (not exportable on rank 2: it lands), field 2 into
@@ -288,11 +298,7 @@ def test_fused_fields_into_private_strided_outputs(transport, monkeypatch):
         plan = fuse([make_plan(r, ib, ob, itemsize=isz) for isz in sizes])
         exe = _lower(rt, plan, transport="auto")
         exe.graphs = False
-        ops = []
-        for f, isz in enumerate(sizes):
-            a = operand_bytes(Gs[f], ib[r], geo.dense_strides(geo.box_shape(ib[r])), isz)
-            ops.append(rt.dev_alloc(len(a)))
-            rt.hub.write(ops[-1], a)
+        ops = _field_operands(rt, Gs, ib[r], sizes)
         shape = geo.box_shape(ob[r])
         x1 = rt.dev_alloc(math.prod(shape) * sizes[1] + 512 * r) + 512 * r
         if r == 2:
@@ -368,11 +374,7 @@ def test_allocations_forgotten_keep_those_bound(monkeypatch):
         rt = _Runtime(hub, r)
         exe = _lower(rt, fuse([make_plan(r, ib, ob, itemsize=isz) for isz in sizes]), transport="push")
         exe.graphs = False
-        ops = []
-        for f, isz in enumerate(sizes):
-            a = operand_bytes(Gs[f], ib[r], geo.dense_strides(geo.box_shape(ib[r])), isz)
-            ops.append(rt.dev_alloc(len(a)))
-            rt.hub.write(ops[-1], a)
+        ops = _field_operands(rt, Gs, ib[r], sizes)
         shape = geo.box_shape(ob[r])
         exe.rebind_inputs(ops, [None] * 2)
         for it in range(3):  # new allocations each time: every bind forgets the others
