@@ -16,7 +16,8 @@ then one synchronize; median of 5 such runs):
   ``out=``'s checks, and not unbound);
 * ``kernel``: the operator's Python kernel (the plan cache's lookup and the sequence);
 * ``torch.ops.redist.redistribute``: the kernel through torch's dispatcher;
-* ``redist.torch.redistribute``: the adapter, eager, no gradient.
+* ``redist.torch.redistribute``: the adapter, eager, no gradient;
+* the two ways of reading torch's current stream (``execute()`` reads it every call: the raw one now).
 
 Then the functions where the adapter's calls spend their host time (``cProfile``, 500 calls, the
 top 25 by own time): what the rows above do not split; and the same for ``execute(out=t)`` (#44:
@@ -103,6 +104,8 @@ def main() -> None:
         "kernel": kernel,
         "torch.ops.redist.redistribute": lambda: torch.ops.redist.redistribute([x], list(codes[0]), list(codes[1]), codes[2], False),
         "redist.torch.redistribute": lambda: redist.torch.redistribute(x, X, Y),
+        "current_stream().cuda_stream": lambda: torch.cuda.current_stream(ctx.device_id).cuda_stream,
+        "_cuda_getCurrentRawStream": lambda: torch._C._cuda_getCurrentRawStream(ctx.device_id),
     }
     print(f"probe_torch_gpu_call: P = 1, {n}^3 complex64, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for name, fn in rows.items():

@@ -39,6 +39,9 @@ def current_stream(package: str, device_id: int | None) -> int | None:
     if package == "torch" and device_id is not None:
         import torch
 
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle without a Stream object per call
+        if raw is not None:
+            return raw(device_id)
         return torch.cuda.current_stream(device_id).cuda_stream
     return None
 
