@@ -572,7 +572,7 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
     if refused is not None:  # raised on every rank: the peers' calls meet this one in the cache's lookup
         _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)))
     args = tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad
-    if not needs_grad and refused is None and not torch.compiler.is_compiling() and _undispatched(tensors):
+    if not needs_grad and not torch.compiler.is_compiling() and _undispatched(tensors):
         out = _redistribute_kernel(*args)  # what torch's dispatcher would run, without its ~10 us per call
     else:
         out = torch.ops.redist.redistribute(*args)
