@@ -12,6 +12,8 @@ ms per call (slowest rank, median of 15 after two warm-up calls, variants interl
 * fwd+grad       -- torch.autograd.grad (no .grad at all)
 * adjoint        -- the backward's operator alone (redist::redistribute_adjoint)
 * add_           -- one in-place add over the input: what accumulating costs
+* X->Y, Y->X     -- ``Redistribute.execute(out=fresh tensor)`` of the forward's and the adjoint's
+                    directions, no adapter (is one direction slower on this machine, or the adapter?)
 """
 
 from __future__ import annotations
@@ -60,8 +62,19 @@ def main() -> None:
     def add():
         scratch.add_(scratch)
 
+    forward = redist.Redistribute(x.detach(), a, b)
+    inverse = redist.Redistribute(seed, b, a)
+    forward.plan()
+    inverse.plan()
+
+    def x_to_y():
+        forward.execute(out=torch.empty(b.shape(rank), dtype=torch.complex128))
+
+    def y_to_x():
+        inverse.execute(out=torch.empty(a.shape(rank), dtype=torch.complex128))
+
     variants = {"fwd": fwd, "fwd+bwd": fwd_bwd, "fwd+bwd cleared": fwd_bwd_cleared, "fwd+grad": fwd_grad,
-                "adjoint": adjoint, "add_": add}
+                "adjoint": adjoint, "add_": add, "X->Y": x_to_y, "Y->X": y_to_x}
     for fn in variants.values():
         fn()
         fn()
@@ -76,6 +89,8 @@ def main() -> None:
         print(f"probe_torch_backward: P = {nranks}, {n}^3 complex128, torch {torch.__version__}; ms per call")
         for k, ts in times.items():
             print(f"  {k:<16} {statistics.median(ts) * 1e3:8.3f}")
+    forward.free()
+    inverse.free()
     redist.finalize()
 
 

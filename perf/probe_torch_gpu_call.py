@@ -110,7 +110,7 @@ def main() -> None:
     print(f"probe_torch_gpu_call: P = 1, {n}^3 complex64, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for name, fn in rows.items():
         print(f"  {name:<28} {host_us(fn):8.1f} us per call (host)")
-    for name, calls, top in (("redist.torch.redistribute", 500, 25), ("+ fresh t", 500, 20), ("execute(out=t)", 2000, 15)):
+    for name, calls, top in (("redist.torch.redistribute", 500, 25), ("+ rebind operand", 500, 20), ("execute(out=t)", 2000, 15)):
         fn = rows[name]
         profile = cProfile.Profile()
         profile.enable()

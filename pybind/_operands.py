@@ -22,7 +22,7 @@ from .engine import geometry as geo
 from .engine.buffer import Buffer
 from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
-__all__ = ["RawArray", "Operand", "SIGNATURES", "as_array", "data_pointer", "layout_signature", "pointer_of",
+__all__ = ["QUICK_SIGNATURES", "RawArray", "Operand", "SIGNATURES", "as_array", "data_pointer", "layout_signature", "pointer_of",
            "package_of", "wrap"]
 
 
@@ -209,10 +209,21 @@ def _cupy_signature(obj) -> tuple:
     return obj.data.ptr, obj.shape, obj.strides, obj.dtype
 
 
+def _torch_version(obj) -> tuple:
+    # every in-place change of a tensor's data or layout (resize_, set_, as_strided_, t_, ...) bumps its version;
+    # assigning .data does not, but moves the data or changes the shape but for an as_strided view of the same
+    # storage and shape, which keeps the writes inside the storage the checked signature was taken of
+    return obj.data_ptr(), obj._version, obj.shape
+
+
 #: :func:`layout_signature` per package (:func:`package_of`'s names), without its dispatch: the hot
 #: path of an out= taken again, whose package was checked when its signature was first taken
 SIGNATURES = {"numpy": _numpy_signature, "raw": _raw_signature, "torch": _torch_signature,
               "cupy": _cupy_signature}
+
+#: a cheaper signature where one exists (torch: its version counter), for the out= bound now taken again by
+#: the next call; a mismatch only sends the call through the full check (SIGNATURES)
+QUICK_SIGNATURES = {**SIGNATURES, "torch": _torch_version}
 
 
 def layout_signature(obj) -> tuple:

@@ -162,6 +162,9 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         self._outs_bound = False  # some field has an out= bound (several fields)
         # (id, field) -> (weak reference, layout signature, Buffer, lo, hi) of out= objects checked before
         self._out_checked: dict = {}
+        # one field, not numpy: (the weak reference bound in _outs[0], its signature, the operand address it was
+        # checked against, the signature function) of the out= bound now, taken again by the next call unchecked
+        self._out_fast: tuple | None = None
         # one field, numpy: id -> (weak reference, shape/strides/dtype/names, operand addresses, Buffer, key) of
         # out= objects a call accepted (a time loop's few arrays: taken again without the checks; _again).
         # numpy refuses to resize an array that has weak references, but __setstate__ moves its data: compared.
@@ -603,7 +606,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         self._state = _State.FREED
         self._operand_obj = self._result = None
         self._outs, self._outs_bound = [None] * self._nfields, False
-        self._out_checked, self._out_again = {}, {}
+        self._out_checked, self._out_again, self._out_fast = {}, {}, None
         self._replays = None  # exe.free() below makes its executable forget them
         if self._serial is not None:
             _runtime._unregister(self._serial)

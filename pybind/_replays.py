@@ -50,6 +50,7 @@ class _Replays:
         if rc == replays.CHANGED:  # reshaped, retyped, made read-only or moved in place: checked again
             self._out_again.pop(id(out), None)
             self._out_checked.pop((id(out), 0), None)
+            self._out_fast = None
             return None
         if rc == replays.RESUME:
             code, heard = replays.what_was_heard()
