@@ -210,9 +210,9 @@ def _cupy_signature(obj) -> tuple:
 
 
 def _torch_version(obj) -> tuple:
-    # every in-place change of a tensor's data or layout (resize_, set_, as_strided_, t_, ...) bumps its version;
-    # assigning .data does not, but moves the data or changes the shape but for an as_strided view of the same
-    # storage and shape, which keeps the writes inside the storage the checked signature was taken of
+    # Every in-place change of a tensor's data or layout (resize_, set_, as_strided_, t_, ...) bumps its version.
+    # Assigning .data does not; it is caught where it moves the data or changes the shape. Only a view of the same
+    # storage with the same address and shape passes, and the writes then stay in bytes the full check accepted.
     return obj.data_ptr(), obj._version, obj.shape
 
 
