@@ -383,8 +383,10 @@ def test_allocations_forgotten_keep_those_bound(monkeypatch):
                 exe.bind_output(_device_buffer(x, shape, isz), f)
             exe.execute(0)
             rt.comm.allgather(None)
-            ok = all(np.array_equal(rt.hub.read(x, math.prod(shape) * isz), expected_bytes(G, ob[r], "C"))
-                     for x, isz, G in zip(xs, sizes, Gs))
+            ok = all(
+                np.array_equal(rt.hub.read(x, math.prod(shape) * isz), expected_bytes(G, ob[r], "C"))
+                for x, isz, G in zip(xs, sizes, Gs)
+            )
             assert all(rt.comm.allgather(ok)), (r, it)
             rt.comm.allgather(None)
         exe.free()
