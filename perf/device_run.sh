@@ -2,7 +2,7 @@
 # One batched call on a lent GPU machine (device tool): install, GPU tests, benchmarks; logs under $OUT.
 #   bash perf/device_run.sh STEP...      steps: tests capture shared bench bench-old cabi tune autotune nvmath permuted sizes fields
 #                                        bench-capture contract examples host pencils out-ab torch jax user-memory bench-user
-#                                        um-diag tune-host torch-host
+#                                        um-diag tune-host torch-host torch-bwd
 #   SHARED_K="P2 or P3" picks the rank counts of the shared step (default P2); UM_BENCH_SHARED=0: bench-user at P = 1 only.
 # Carry .whl (nvshmem4py, cffi, pycparser wheels for cp312), for bench-old .old (a worktree of
 # the commit to compare with), for nvmath .nvmath (nvmath-python's tests and examples). One rank per GPU unless a step says otherwise ("shared": several
@@ -206,8 +206,11 @@ for s in "$@"; do
     done ;;
   torch)
     step "redist.torch (#45): where an eager call's host time goes, the reduce-overhead bench P=1, then GPU tests P=1 (and P=2 on two GPUs) and 2 ranks sharing a GPU"
-    timeout 90 $MPI -n 1 python3 perf/probe_torch_gpu_call.py 64 > "$OUT/probe_torch_gpu_call.txt" 2>&1; head -16 "$OUT/probe_torch_gpu_call.txt"
-    TORCH_LOGS=perf_hints timeout ${TORCH_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_torch_gpu.py --n ${TORCH_GPU_SIZES:-64 128 256} --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | sed -n '/^redist.torch on GPUs/,$p'
+    # TORCH_PROBE=0 skips the probe, TORCH_BENCH=0 the bench, TORCH_TESTS=0 the tests
+    [ "${TORCH_PROBE:-1}" = 0 ] || { timeout 90 $MPI -n 1 python3 perf/probe_torch_gpu_call.py 64 > "$OUT/probe_torch_gpu_call.txt" 2>&1
+      head -16 "$OUT/probe_torch_gpu_call.txt"; }
+    [ "${TORCH_BENCH:-1}" = 0 ] || TORCH_LOGS=perf_hints timeout ${TORCH_BENCH_TIMEOUT:-300} $MPI -n 1 python3 perf/bench_torch_gpu.py \
+      --n ${TORCH_GPU_SIZES:-64 128 256} --iters 50 --reps 9 2>&1 | tee "$OUT/bench_torch_gpu.md" | sed -n '/^redist.torch on GPUs/,$p'
     [ "${TORCH_TESTS:-1}" = 0 ] && continue
     timeout ${TORCH_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "not shared" 2>&1 | tee "$OUT/pytest_torch_gpu.txt" | tail -8
     REDIST_SHARED_GPU=1 timeout ${TORCH_SHARED_TIMEOUT:-500} python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_torch_gpu.py -k "shared and P2" 2>&1 | tee -a "$OUT/pytest_torch_gpu.txt" | tail -8 ;;
@@ -219,6 +222,14 @@ for s in "$@"; do
         --n ${TORCH_HOST_SIZES:-64 128 256} --iters 15 > "$OUT/bench_torch_p$p.txt" 2>&1 || echo "rc=$? bench_torch P=$p" | tee -a "$OUT/steps.txt"
       tail -n 6 "$OUT/bench_torch_p$p.txt"
     done ;;
+  torch-bwd)
+    step "host: probe_torch_backward.py (#45) at P = ${TORCH_BWD_RANKS:-4} on the machine's cores, N = ${TORCH_BWD_SIZES:-64 128}, then with glibc's malloc tunables"
+    for p in ${TORCH_BWD_RANKS:-4}; do for n in ${TORCH_BWD_SIZES:-64 128}; do
+      CUDA_VISIBLE_DEVICES= timeout 120 mpiexec --allow-run-as-root --bind-to core -n "$p" python3 perf/probe_torch_backward.py "$n" 2>&1 | tee -a "$OUT/probe_torch_backward.txt" | tail -9
+      echo "--- GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296" | tee -a "$OUT/probe_torch_backward.txt"
+      CUDA_VISIBLE_DEVICES= GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296 timeout 120 \
+        mpiexec --allow-run-as-root --bind-to core -x GLIBC_TUNABLES -n "$p" python3 perf/probe_torch_backward.py "$n" 2>&1 | tee -a "$OUT/probe_torch_backward.txt" | tail -9
+    done; done ;;
   tune-host)
     step "host: bench_tune.py (#47) on the machine's cores with its MPI, P = ${TUNE_HOST_RANKS:-2 4} (pencils from P = 4), operands and --out"
     for p in ${TUNE_HOST_RANKS:-2 4}; do

@@ -14,10 +14,14 @@ ms per call (slowest rank, median of 15 after two warm-up calls, variants interl
 * add_           -- one in-place add over the input: what accumulating costs
 * X->Y, Y->X     -- ``Redistribute.execute(out=fresh tensor)`` of the forward's and the adjoint's
                     directions, no adapter (is one direction slower on this machine, or the adapter?)
+
+Beside each time, the minor page faults of a call (getrusage): fresh memory the kernel hands out
+page by page is what the glibc tunables in perf/device_run.sh's torch-bwd step take away.
 """
 
 from __future__ import annotations
 
+import resource
 import statistics
 import sys
 import time
@@ -79,16 +83,22 @@ def main() -> None:
         fn()
         fn()
     times: dict[str, list[float]] = {k: [] for k in variants}
+    faults: dict[str, list[int]] = {k: [] for k in variants}
     for _ in range(15):
         for k, fn in variants.items():
             comm.Barrier()
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             fn()
-            times[k].append(max(comm.allgather(time.perf_counter() - t0)))
+            elapsed = time.perf_counter() - t0
+            faults[k].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+            times[k].append(max(comm.allgather(elapsed)))
+    most_faults = {k: max(comm.allgather(statistics.median(v))) for k, v in faults.items()}
     if rank == 0:
-        print(f"probe_torch_backward: P = {nranks}, {n}^3 complex128, torch {torch.__version__}; ms per call")
+        print(f"probe_torch_backward: P = {nranks}, {n}^3 complex128, torch {torch.__version__}; ms per call, "
+              "the most minor page faults per call on a rank (median)")
         for k, ts in times.items():
-            print(f"  {k:<16} {statistics.median(ts) * 1e3:8.3f}")
+            print(f"  {k:<16} {statistics.median(ts) * 1e3:8.3f}   {most_faults[k]:8.0f} faults")
     forward.free()
     inverse.free()
     redist.finalize()
