@@ -32,6 +32,26 @@ _POINTER = {
 }
 
 
+def _torch_memory(obj) -> tuple:
+    # a lazy conjugate or negation bit is refused by wrap(): part of the key, so never taken for a plain tensor's
+    return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device, obj.is_conj(), obj.is_neg()
+
+
+def _cupy_memory(obj) -> tuple:
+    return obj.data.ptr, obj.shape, obj.strides, obj.dtype, obj.device.id
+
+
+#: per package, what a new out= object's memory is keyed by in ``Redistribute._out_memory`` (the packages whose
+#: arrays carry no state the checks read beside it: numpy's writability and RawArray's read-only flag do)
+_MEMORY_KEYS = {"torch": _torch_memory, "cupy": _cupy_memory}
+
+
+def _memory_key(out, package: str, field: int) -> tuple | None:
+    """The key of ``out``'s memory as an out= of ``field`` (None: not kept by memory)."""
+    keyer = _MEMORY_KEYS.get(package)
+    return None if keyer is None else (field, type(out), keyer(out))
+
+
 def _weak(out) -> Callable[[], Any]:
     """A reference to an out= that does not keep it alive where the object allows (a RawArray may not)."""
     try:
@@ -216,6 +236,8 @@ class _Binding:
             checked = hit is not None and hit[0]() is out and hit[1] == hit[5](out)
             if checked:
                 buf, lo, hi, clear = hit[2], hit[3], hit[4], hit[6]
+            elif (same := self._same_memory(out, field)) is not None:  # another object over memory checked before
+                buf, lo, hi, clear = same
             else:
                 try:
                     op = wrap(out)
@@ -240,12 +262,17 @@ class _Binding:
                     self._out_checked.clear()
                 signature = SIGNATURES[op.package]
                 clear = [None]  # [the operand addresses it was last found not to overlap]
+                kept = dataclasses.replace(buf, owner=None)
                 try:
-                    self._out_checked[(id(out), field)] = (weakref.ref(out), signature(out),
-                                                           dataclasses.replace(buf, owner=None), lo, hi,
+                    self._out_checked[(id(out), field)] = (weakref.ref(out), signature(out), kept, lo, hi,
                                                            signature, clear)
                 except TypeError:  # an object without weak references: checked every time
                     pass
+                key = _memory_key(out, op.package, field)
+                if key is not None:
+                    if len(self._out_memory) >= 8 * self._nfields:
+                        self._out_memory.clear()
+                    self._out_memory[key] = (kept, lo, hi, clear)
             if ranges is not None:
                 ranges.append((field, lo, hi))
             numpy = self._template.package == "numpy"
@@ -260,13 +287,44 @@ class _Binding:
                 clear[0] = list(self._operand_ptrs)
             if not _holds(self._outs[field], out) or not checked:  # a new object, or this one changed in place
                 # host: the executable keeps the address only (the caller's object may go between calls)
-                self._exe.bind_output(buf if self._streams else dataclasses.replace(buf, owner=None), field)
+                self._exe.bind_output(buf if self._streams or buf.owner is None else dataclasses.replace(buf, owner=None),
+                                      field)
                 self._outs[field] = _weak(out)
             if ranges is None and numpy and self._state is _READY:
                 self._again(out, buf)
             return None
         except Exception as e:  # noqa: BLE001 -- agreed on by the call
             return collective.problem(e)
+
+    def _same_memory(self, out, field: int) -> tuple | None:
+        """(Buffer owned by ``out``, lo, hi, clear) where ``out`` (torch or cupy, a new object) lays
+        out the memory of an ``out=`` checked before exactly as that one did: what the checks
+        found holds for it too (its dtype, device, shape, strides and address are the key; such an
+        object's memory lies in its own live allocation, and neither package has read-only arrays).
+        A time loop's fresh ``torch.empty`` per call, given the same block by the caching allocator,
+        is bound without the checks. None: checked in full."""
+        package = self._templates[field].package
+        if package not in _MEMORY_KEYS:
+            return None
+        try:
+            key = _memory_key(out, package, field)
+        except Exception:  # noqa: BLE001 -- not the package's array: the full check says why
+            return None
+        same = self._out_memory.get(key) if key is not None else None
+        if same is None:
+            return None
+        kept, lo, hi, clear = same
+        # GPUs: the executable keeps the out= alive until the next call (an in-flight graph writes it); host: not
+        buf = Buffer(kept.ptr, kept.shape, kept.strides, kept.itemsize, kept.memory, kept.device_id, False, out) \
+            if self._streams else kept
+        if len(self._out_checked) >= 8 * self._nfields:
+            self._out_checked.clear()
+        signature = SIGNATURES[package]
+        try:  # the next call with this object hits by its id
+            self._out_checked[(id(out), field)] = (weakref.ref(out), signature(out), kept, lo, hi, signature, clear)
+        except TypeError:
+            pass
+        return buf, lo, hi, clear
 
     def _again_hit(self, out) -> tuple | None:
         """``out``'s record in ``_out_again`` where it may be taken again without its checks: the

@@ -162,6 +162,9 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         self._outs_bound = False  # some field has an out= bound (several fields)
         # (id, field) -> (weak reference, layout signature, Buffer, lo, hi) of out= objects checked before
         self._out_checked: dict = {}
+        # (field, type, memory key) -> (Buffer, lo, hi, clear) of torch and cupy out= checked before: a new object
+        # laying out the same memory alike is bound without the checks (_Binding._same_memory)
+        self._out_memory: dict = {}
         # one field, not numpy: (the weak reference bound in _outs[0], its signature, the operand address it was
         # checked against, the signature function) of the out= bound now, taken again by the next call unchecked
         self._out_fast: tuple | None = None
@@ -606,7 +609,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         self._state = _State.FREED
         self._operand_obj = self._result = None
         self._outs, self._outs_bound = [None] * self._nfields, False
-        self._out_checked, self._out_again, self._out_fast = {}, {}, None
+        self._out_checked, self._out_again, self._out_fast, self._out_memory = {}, {}, None, {}
         self._replays = None  # exe.free() below makes its executable forget them
         if self._serial is not None:
             _runtime._unregister(self._serial)

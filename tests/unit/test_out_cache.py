@@ -70,3 +70,51 @@ def test_cached_out_is_checked_against_a_rebound_operand(pkg):
         pytest.importorskip("torch")
     res = subprocess.run([sys.executable, "-c", _CODE.format(pkg=pkg)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "cache ok" in res.stdout, res.stdout + res.stderr
+
+
+_FRESH = """
+import numpy as np, torch, redist
+from redist import Redistribute, Slab
+big = torch.arange(96, dtype=torch.float64).to(torch.complex128)
+a = big[:24].reshape(4, 6)
+with Redistribute(a, Slab.X, Slab.Y) as r:
+    r.plan()
+    ref = r.execute().numpy().copy()
+
+    def over(view):  # a new tensor object over the same memory as view (what torch.empty hands back per call)
+        return torch.as_strided(big, view.shape, view.stride(), view.storage_offset())
+
+    spot = big[48:72].reshape(4, 6)
+    for _ in range(3):  # a new object each call, the same memory: bound without the checks after the first
+        out = over(spot)
+        got = r.execute(out=out)
+        assert got is out and np.array_equal(spot.numpy(), ref)
+        spot.zero_()
+    assert len(r._out_memory) == 1, r._out_memory
+    for bad, word in ((lambda: over(spot).conj(), "conjugate"), (lambda: over(spot)._neg_view(), "negation"),
+                      (lambda: over(spot).view(torch.float64), "dtype"),
+                      (lambda: over(big[48:72]).reshape(6, 4), "shape")):
+        try:
+            r.execute(out=bad())
+            raise SystemExit("an out= over checked memory but unlike it was taken: " + word)
+        except redist.InvalidValueError as e:
+            assert word in str(e), e
+    r.reset_operand_unchecked(over(spot))  # the operand is now that memory: a new object over it is refused
+    try:
+        r.execute(out=over(spot))
+        raise SystemExit("an out= over memory the operand was rebound onto was taken")
+    except redist.InvalidValueError as e:
+        assert "overlaps the operand" in str(e), e
+    r.reset_operand_unchecked(a)
+    assert np.array_equal(r.execute(out=over(spot)).numpy(), ref)
+print("memory ok")
+"""
+
+
+def test_new_out_object_over_checked_memory():
+    """A new torch tensor each call over memory an out= was checked in (a caching allocator's block
+    handed back) is bound without the checks, yet one laid out otherwise (conjugate or negation bit,
+    dtype, shape) or overlapping an operand rebound since is still refused."""
+    pytest.importorskip("torch")
+    res = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "memory ok" in res.stdout, res.stdout + res.stderr
