@@ -7,6 +7,7 @@ A pencil transpose (BlockNonCyclic (P,1,1) -> (1,P,1)) of an N^3 complex128 arra
 ms per call (slowest rank, median of 15 after two warm-up calls, variants interleaved):
 
 * fwd            -- the forward under no_grad
+* fwd (graph)    -- the forward recording its backward (x requires grad), dropped unused
 * fwd+bwd        -- forward, then backward() accumulating into .grad (an add_ per call after the first)
 * fwd+bwd cleared-- the same into a cleared .grad (as after optimizer.zero_grad())
 * fwd+grad       -- torch.autograd.grad (no .grad at all)
@@ -50,6 +51,9 @@ def main() -> None:
         with torch.no_grad():
             redist.torch.redistribute(x, a, b)
 
+    def fwd_graph():  # the forward recording its backward, dropped unused
+        redist.torch.redistribute(x, a, b)
+
     def fwd_bwd():
         redist.torch.redistribute(x, a, b).backward(seed)
 
@@ -77,7 +81,7 @@ def main() -> None:
     def y_to_x():
         inverse.execute(out=torch.empty(a.shape(rank), dtype=torch.complex128))
 
-    variants = {"fwd": fwd, "fwd+bwd": fwd_bwd, "fwd+bwd cleared": fwd_bwd_cleared, "fwd+grad": fwd_grad,
+    variants = {"fwd": fwd, "fwd (graph)": fwd_graph, "fwd+bwd": fwd_bwd, "fwd+bwd cleared": fwd_bwd_cleared, "fwd+grad": fwd_grad,
                 "adjoint": adjoint, "add_": add, "X->Y": x_to_y, "Y->X": y_to_x}
     for fn in variants.values():
         fn()

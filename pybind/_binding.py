@@ -32,24 +32,14 @@ _POINTER = {
 }
 
 
-def _torch_memory(obj) -> tuple:
-    # a lazy conjugate or negation bit is refused by wrap(): part of the key, so never taken for a plain tensor's
-    return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device, obj.is_conj(), obj.is_neg()
-
-
-def _cupy_memory(obj) -> tuple:
-    return obj.data.ptr, obj.shape, obj.strides, obj.dtype, obj.device.id
-
-
-#: per package, what a new out= object's memory is keyed by in ``Redistribute._out_memory`` (the packages whose
-#: arrays carry no state the checks read beside it: numpy's writability and RawArray's read-only flag do)
-_MEMORY_KEYS = {"torch": _torch_memory, "cupy": _cupy_memory}
+#: the packages whose out= objects are also kept by their memory (``Redistribute._out_memory``): their arrays carry
+#: no state the checks read beside what their signature holds (numpy's writability and RawArray's read-only flag do)
+_BY_MEMORY = frozenset({"torch", "cupy"})
 
 
 def _memory_key(out, package: str, field: int) -> tuple | None:
     """The key of ``out``'s memory as an out= of ``field`` (None: not kept by memory)."""
-    keyer = _MEMORY_KEYS.get(package)
-    return None if keyer is None else (field, type(out), keyer(out))
+    return (field, type(out), SIGNATURES[package](out)) if package in _BY_MEMORY else None
 
 
 def _weak(out) -> Callable[[], Any]:
@@ -117,9 +107,13 @@ class _Binding:
                 self._outs[0] = None
             return self._result, None
         fast = self._out_fast  # the out= bound now, taken again unchanged against the same operand (not numpy)
-        if (fast is not None and fast[0] is self._outs[0] and fast[0]() is out and fast[2] == self._operand_ptrs[0]
-                and fast[1] == fast[3](out)):
-            return out, None
+        if fast is not None and fast[0] is self._outs[0] and fast[0]() is out and fast[2] == self._operand_ptrs[0]:
+            try:
+                if fast[1] == fast[3](out):
+                    return out, None
+            except Exception:  # noqa: BLE001 -- whatever its signature cannot read, the checks below say
+                pass
+            self._out_fast = None
         again = self._again_hit(out) if self._out_again else None  # numpy only (_again)
         if again is not None:
             if not _holds(self._outs[0], out):  # a time loop's out= again, unchanged since a call took it: bind it
@@ -134,7 +128,10 @@ class _Binding:
         package = self._template.package
         if hit is not None and hit[0]() is out and package != "numpy":  # (numpy: writability, _again)
             quick = QUICK_SIGNATURES[package]
-            self._out_fast = (self._outs[0], quick(out), self._operand_ptrs[0], quick)
+            try:
+                self._out_fast = (self._outs[0], quick(out), self._operand_ptrs[0], quick)
+            except Exception:  # noqa: BLE001 -- not taken by the fast path then
+                self._out_fast = None
         return out, problem
 
     def _execute_fresh(self, outs: Sequence) -> None:
@@ -304,7 +301,7 @@ class _Binding:
         A time loop's fresh ``torch.empty`` per call, given the same block by the caching allocator,
         is bound without the checks. None: checked in full."""
         package = self._templates[field].package
-        if package not in _MEMORY_KEYS:
+        if package not in _BY_MEMORY:
             return None
         try:
             key = _memory_key(out, package, field)
@@ -387,13 +384,24 @@ class _Binding:
                 return f"the new operand overlaps this object's own result{where} (the exchange would read what it overwrites)"
         return None
 
+    def _operand_moved(self) -> bool:
+        """Whether a torch operand's data moved since it was bound (``set_``, ``.data =``: its old
+        storage may be freed): the call then goes through :meth:`_operands_moved`, not a replay."""
+        if self._state is not _READY:
+            return False
+        if self._fields:
+            return any(obj.data_ptr() != p for obj, p in zip(self._operand_obj, self._operand_ptrs))
+        return self._operand_obj.data_ptr() != self._operand_ptrs[0]
+
     def _operands_moved(self) -> collective.Problem | None:
-        """Rebind each numpy operand whose data moved since it was bound (``ndarray.__setstate__``
-        replaces an array's buffer in place), as :meth:`reset_operand_unchecked` would, where it
-        still fits the plan; this rank's problem where it does not (shape, dtype or strides changed
-        too). One read of each data pointer (a C call), before the call's agreement. Local."""
+        """Rebind each numpy or torch operand whose data moved since it was bound (numpy's
+        ``__setstate__`` replaces an array's buffer in place, torch's ``set_`` and ``.data =`` a
+        tensor's storage), as :meth:`reset_operand_unchecked` would, where it still fits the plan;
+        this rank's problem where it does not (shape, dtype or strides changed too). One read of
+        each data pointer, before the call's agreement. Local."""
+        pointer = _POINTER[self._template.package]
         for f, obj in enumerate(self._objects()):
-            if data_pointer(obj) == self._operand_ptrs[f]:
+            if pointer(obj) == self._operand_ptrs[f]:
                 continue
             try:
                 op = wrap(obj)
@@ -405,8 +413,9 @@ class _Binding:
             except Exception as e:  # noqa: BLE001 -- agreed on by the call
                 return collective.problem(e)
             where = f"field {f}: " if self._fields else ""
-            return ("InvalidValueError", f"{where}the operand changed in place since it was bound (ndarray."
-                    f"__setstate__): {msg}; pass it to reset_operand() (this rank's input box is {self.input_box})")
+            how = "ndarray.__setstate__" if self._template.package == "numpy" else "set_() or .data ="
+            return ("InvalidValueError", f"{where}the operand changed in place since it was bound ({how}): {msg}; "
+                    f"pass it to reset_operand() (this rank's input box is {self.input_box})")
         return None
 
     def _objects(self) -> tuple:

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .engine import geometry as geo
-from .engine.buffer import Buffer
+from .engine.buffer import Buffer, byte_extent
 from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
 __all__ = ["QUICK_SIGNATURES", "RawArray", "Operand", "SIGNATURES", "as_array", "data_pointer", "layout_signature", "pointer_of",
@@ -154,6 +154,7 @@ def wrap(obj) -> Operand:
         cuda = dev.type == "cuda"
         name = str(obj.dtype).replace("torch.", "")
         strides = tuple(s if n > 1 else 0 for n, s in zip(shape, obj.stride()))
+        _check_torch_storage(obj, shape, strides)
         buf = Buffer(obj.data_ptr(), shape, strides, obj.element_size(), "cuda" if cuda else "cpu",
                      dev.index if cuda else None, False, obj)
         op = Operand(obj, "torch", obj.dtype, name, "torch." + name, buf)
@@ -176,6 +177,21 @@ def wrap(obj) -> Operand:
         op.buffer = Buffer(b.ptr, b.shape, geo.dense_strides(b.shape, "C"), b.itemsize, b.memory, b.device_id,
                            b.readonly, b.owner)
     return op
+
+
+def _check_torch_storage(obj, shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
+    """Refuse a torch tensor that reaches outside its storage (one whose storage was shrunk in place,
+    ``untyped_storage().resize_()``: torch itself refuses to use it; redist would read or write past it)."""
+    if not math.prod(shape):
+        return
+    itemsize = obj.element_size()
+    lo, hi = byte_extent(shape, strides, itemsize)
+    start = obj.storage_offset() * itemsize
+    nbytes = obj.untyped_storage().nbytes()
+    if start + lo < 0 or start + hi > nbytes:
+        raise InvalidValueError(
+            f"the torch tensor spans bytes [{start + lo}, {start + hi}) of its storage, which holds {nbytes} bytes "
+            "(was the storage resized in place?)")
 
 
 _data_reader = None  # the engine's reader (engine/host/compiled.py), imported at the first use
@@ -202,18 +218,22 @@ def _raw_signature(obj) -> tuple:
 
 
 def _torch_signature(obj) -> tuple:
-    return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device
+    # the storage's size: one shrunk in place (untyped_storage().resize_()) is checked anew; the flags: wrap() refuses them
+    return (obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device, obj.untyped_storage().nbytes(),
+            obj.is_conj(), obj.is_neg())
 
 
 def _cupy_signature(obj) -> tuple:
     return obj.data.ptr, obj.shape, obj.strides, obj.dtype
 
 
-def _torch_version(obj) -> tuple:
-    # Every in-place change of a tensor's data or layout (resize_, set_, as_strided_, t_, ...) bumps its version.
-    # Assigning .data does not; it is caught where it moves the data or changes the shape. Only a view of the same
-    # storage with the same address and shape passes, and the writes then stay in bytes the full check accepted.
-    return obj.data_ptr(), obj._version, obj.shape
+def _torch_quick(obj) -> tuple:
+    # What can change under the same tensor object without a new version, or with the version counter preserved
+    # (``.data =``, torch.autograd._unsafe_preserve_version_counter): its address, layout, dtype, storage size and
+    # conjugate bit (the negative bit is set by private APIs only). The device is left out: a tensor moved to another
+    # device changes its address (one address space, CUDA's unified addressing). Its version is not read: inference
+    # tensors have none, and nothing that bumps it changes what is compared here without changing one of these.
+    return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.untyped_storage().nbytes(), obj.is_conj()
 
 
 #: :func:`layout_signature` per package (:func:`package_of`'s names), without its dispatch: the hot
@@ -221,9 +241,9 @@ def _torch_version(obj) -> tuple:
 SIGNATURES = {"numpy": _numpy_signature, "raw": _raw_signature, "torch": _torch_signature,
               "cupy": _cupy_signature}
 
-#: a cheaper signature where one exists (torch: its version counter), for the out= bound now taken again by
-#: the next call; a mismatch only sends the call through the full check (SIGNATURES)
-QUICK_SIGNATURES = {**SIGNATURES, "torch": _torch_version}
+#: a cheaper signature where one exists (torch: without the device and the negative bit), for the out= bound now
+#: taken again by the next call; a mismatch only sends the call through the full check (SIGNATURES)
+QUICK_SIGNATURES = {**SIGNATURES, "torch": _torch_quick}
 
 
 def layout_signature(obj) -> tuple:

@@ -370,6 +370,9 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         replays = self._replays
         if stream is not None or release_workspace is not False or sync_symmetric_memory is not True:
             replays = None  # only calls with the default flags and no stream replay
+        moved = self._template.package == "torch" and self._operand_moved()
+        if moved:
+            replays = None  # rebound or refused below
         if replays is not None:
             done = self._replayed(replays, out)
             if done is not None:
@@ -397,7 +400,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
                 self._check_not_freed("execute")
                 raise InvalidStateError("Execution cannot be performed before plan() has been called.")
             problem = ("InvalidStateError", _RELEASED_MSG)
-        elif self._template.package == "numpy":
+        elif moved or self._template.package == "numpy":
             problem = problem or self._operands_moved()
         target, p = self._bind_call(out)
         problem = problem or p

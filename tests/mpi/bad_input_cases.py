@@ -400,6 +400,105 @@ def torch_out_conjugate_view_last(env):
         env.check(bool((out == 7 + 7j).all()), "a refused call wrote out=")
 
 
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= is refused: the torch tensor spans bytes "
+                                 r"\[0, \d+\) of its storage, which holds \d+ bytes"), needs=("torch",))
+def torch_out_storage_shrunk_last(env):
+    """An out= taken before, whose storage was then shrunk in place on the last rank (the same
+    address, layout and version): the exchange would write past its memory. Refused everywhere;
+    the good ranks' out= keeps its bytes."""
+    import torch
+
+    a, g = operand(env)
+    r = Redistribute(torch.from_numpy(a), Slab.X, Slab.Y)
+    r.plan()
+    res = r.execute()
+    out = torch.full(tuple(res.shape), 7.0, dtype=torch.float64)
+    for _ in range(2):  # bound now, taken again by the fast path (a copy checked: numpy's view would pin the storage)
+        right(env, r.execute(out=out).clone(), g, "out= taken again")
+    out.fill_(7.0)
+    storage = out.untyped_storage()
+    if env.is_last():
+        with torch.no_grad():
+            storage.resize_(storage.nbytes() // 2)  # may move; where it stays, only its size tells
+    try:
+        r.execute(out=out)
+    finally:  # (the last rank's out= reaches past its storage now: not read)
+        env.check(env.is_last() or bool((out == 7.0).all()), "a refused call wrote out=")
+
+
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= has dtype int64, expected float64"),
+      needs=("torch",))
+def torch_out_retyped_through_data_last(env):
+    """The out= bound now, re-typed through ``.data`` on the last rank (same address, shape and
+    version): refused everywhere, as a new object of that dtype is."""
+    import torch
+
+    a, g = operand(env)
+    r = Redistribute(torch.from_numpy(a), Slab.X, Slab.Y)
+    r.plan()
+    out = torch.full(tuple(r.execute().shape), 7.0, dtype=torch.float64)
+    for _ in range(2):
+        right(env, r.execute(out=out), g, "out= taken again")
+    if env.is_last():  # (nothing in between that would bump its version)
+        out.data = out.view(torch.int64)
+    r.execute(out=out)
+
+
+@case(OK, needs=("torch",))
+def torch_operand_moved_last(env):
+    """The bound torch operand moved on the last rank (``set_`` onto another tensor of its layout;
+    its old storage may be freed): read where it points now, replayed calls too."""
+    import torch
+
+    a, g = operand(env)
+    x = torch.from_numpy(a.copy())
+    r = Redistribute(x, Slab.X, Slab.Y)
+    r.plan()
+    for _ in range(3):  # replayed from the second call on
+        right(env, r.execute(), g)
+    if env.is_last():
+        before = x.view_as(x)  # the old storage, kept alive and overwritten: read there, the result is wrong
+        x.set_(torch.from_numpy(a.copy()))
+        before.fill_(-1.0)
+    for _ in range(3):
+        right(env, r.execute(), g, "after the move")
+
+
+@case((errors.InvalidValueError, r"rank {last}: the operand changed in place since it was bound \(set_\(\) or \.data =\): "
+                                 r"The new operand's shape"), needs=("torch",))
+def torch_operand_reshaped_by_set_last(env):
+    """The bound torch operand moved onto a tensor of another shape on the last rank: refused everywhere."""
+    import torch
+
+    a, g = operand(env)
+    x = torch.from_numpy(a.copy())
+    r = Redistribute(x, Slab.X, Slab.Y)
+    r.plan()
+    for _ in range(2):
+        right(env, r.execute(), g)
+    if env.is_last():
+        x.set_(torch.zeros(x.numel() + 1, dtype=x.dtype))
+    r.execute()
+
+
+@case(OK, needs=("torch",))
+def torch_out_inference_rank0(env):
+    """An out= made under torch.inference_mode (no version counter) on rank 0, none elsewhere
+    (host out= may be given on some ranks only): works, taken again too, with the right data."""
+    import torch
+
+    a, g = operand(env)
+    r = Redistribute(torch.from_numpy(a), Slab.X, Slab.Y)
+    r.plan()
+    shape = tuple(r.execute().shape)
+    with torch.inference_mode():
+        out = torch.empty(shape, dtype=torch.float64)
+    for _ in range(3):
+        res = r.execute(out=out if env.rank == 0 else None)
+        right(env, res, g)
+    env.check(env.rank != 0 or res is out, "rank 0's result is not its out=")
+
+
 @case((errors.InvalidValueError, r"rank {last}: .*torch tensor carries a lazy negation .*resolve_neg\(\)"),
       needs=("torch",))
 def torch_negative_view_last(env):

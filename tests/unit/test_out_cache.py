@@ -107,6 +107,18 @@ with Redistribute(a, Slab.X, Slab.Y) as r:
         assert "overlaps the operand" in str(e), e
     r.reset_operand_unchecked(a)
     assert np.array_equal(r.execute(out=over(spot)).numpy(), ref)
+sq = torch.arange(36, dtype=torch.float64).reshape(6, 6)
+with Redistribute(sq, Slab.X, Slab.Y) as r:  # the out= bound now, transposed through .data (no new version)
+    r.plan()
+    out = torch.empty(6, 6, dtype=torch.float64)
+    for _ in range(2):
+        r.execute(out=out)
+    out.data = out.t()
+    assert np.array_equal(r.execute(out=out).numpy(), sq.numpy()), "written with the strides it had"
+    with torch.inference_mode():  # no version counter: taken, and taken again
+        inf = torch.empty(6, 6, dtype=torch.float64)
+    for _ in range(2):
+        assert r.execute(out=inf) is inf and np.array_equal(inf.numpy(), sq.numpy())
 print("memory ok")
 """
 
