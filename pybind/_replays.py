@@ -28,6 +28,8 @@ class _Replays:
         one: what it returns; None where the call goes through Python (not READY, no replay, DEBUG
         logging each call). A peer that says something else hands the call back to Python here, on
         every rank (:meth:`_resume`)."""
+        if out is not None and (self._fields or not isinstance(out, np.ndarray)):  # (first: the torch out= hot path)
+            return None
         if self._state is not _State.READY or self._logger.logger.isEnabledFor(logging.DEBUG):
             return None
         numpy = self._template.package == "numpy"  # its operands' data pointers are compared in C (MOVED)
@@ -38,8 +40,6 @@ class _Replays:
             else:
                 rc = replays.run1(id(self._operand_obj) if numpy else 0, self._operand_ptrs[0], 0)
             target = self._result
-        elif self._fields or not isinstance(out, np.ndarray):
-            return None
         else:  # the out= is matched in C against its record (_offer), data pointer included
             rc = replays.run_out(id(self._operand_obj) if numpy else 0, self._operand_ptrs[0], out)
             target = out
@@ -69,7 +69,7 @@ class _Replays:
         again = None
         if out is None:
             key = (0,) * self._nfields
-        elif self._fields:
+        elif self._fields or not isinstance(out, np.ndarray):  # an out= replays in C only as a numpy array
             return
         else:
             again = self._again_hit(out)
