@@ -233,8 +233,8 @@ class _Binding:
             checked = hit is not None and hit[0]() is out and hit[1] == hit[5](out)
             if checked:
                 buf, lo, hi, clear = hit[2], hit[3], hit[4], hit[6]
-            elif (same := self._same_memory(out, field)) is not None:  # another object over memory checked before
-                buf, lo, hi, clear = same
+            elif (same := self._same_memory(out, field))[0] is not None:  # another object over memory checked before
+                buf, lo, hi, clear = same[0]
             else:
                 try:
                     op = wrap(out)
@@ -260,12 +260,12 @@ class _Binding:
                 signature = SIGNATURES[op.package]
                 clear = [None]  # [the operand addresses it was last found not to overlap]
                 kept = dataclasses.replace(buf, owner=None)
+                key = same[1]  # (its memory's key, None where not kept by memory)
                 try:
-                    self._out_checked[(id(out), field)] = (weakref.ref(out), signature(out), kept, lo, hi,
-                                                           signature, clear)
+                    self._out_checked[(id(out), field)] = (weakref.ref(out), signature(out) if key is None else key[2],
+                                                           kept, lo, hi, signature, clear)
                 except TypeError:  # an object without weak references: checked every time
                     pass
-                key = _memory_key(out, op.package, field)
                 if key is not None:
                     if len(self._out_memory) >= 8 * self._nfields:
                         self._out_memory.clear()
@@ -293,35 +293,36 @@ class _Binding:
         except Exception as e:  # noqa: BLE001 -- agreed on by the call
             return collective.problem(e)
 
-    def _same_memory(self, out, field: int) -> tuple | None:
-        """(Buffer owned by ``out``, lo, hi, clear) where ``out`` (torch or cupy, a new object) lays
-        out the memory of an ``out=`` checked before exactly as that one did: what the checks
-        found holds for it too (its dtype, device, shape, strides and address are the key; such an
+    def _same_memory(self, out, field: int) -> tuple[tuple | None, tuple | None]:
+        """``((Buffer owned by out, lo, hi, clear), key)`` where ``out`` (torch or cupy, a new
+        object) lays out the memory of an ``out=`` checked before exactly as that one did: what the
+        checks found holds for it too (its signature is the key: address, layout, dtype, device,
+        and for torch its place in its storage, the storage's size and the lazy bits; such an
         object's memory lies in its own live allocation, and neither package has read-only arrays).
         A time loop's fresh ``torch.empty`` per call, given the same block by the caching allocator,
-        is bound without the checks. None: checked in full."""
+        is bound without the checks. ``(None, key)``: checked in full, then kept under ``key``
+        (None: not kept by its memory)."""
         package = self._templates[field].package
         if package not in _BY_MEMORY:
-            return None
+            return None, None
         try:
             key = _memory_key(out, package, field)
         except Exception:  # noqa: BLE001 -- not the package's array: the full check says why
-            return None
-        same = self._out_memory.get(key) if key is not None else None
+            return None, None
+        same = self._out_memory.get(key)
         if same is None:
-            return None
+            return None, key
         kept, lo, hi, clear = same
         # GPUs: the executable keeps the out= alive until the next call (an in-flight graph writes it); host: not
         buf = Buffer(kept.ptr, kept.shape, kept.strides, kept.itemsize, kept.memory, kept.device_id, False, out) \
             if self._streams else kept
         if len(self._out_checked) >= 8 * self._nfields:
             self._out_checked.clear()
-        signature = SIGNATURES[package]
         try:  # the next call with this object hits by its id
-            self._out_checked[(id(out), field)] = (weakref.ref(out), signature(out), kept, lo, hi, signature, clear)
+            self._out_checked[(id(out), field)] = (weakref.ref(out), key[2], kept, lo, hi, SIGNATURES[package], clear)
         except TypeError:
             pass
-        return buf, lo, hi, clear
+        return (buf, lo, hi, clear), key
 
     def _again_hit(self, out) -> tuple | None:
         """``out``'s record in ``_out_again`` where it may be taken again without its checks: the
@@ -389,9 +390,12 @@ class _Binding:
         storage may be freed): the call then goes through :meth:`_operands_moved`, not a replay."""
         if self._state is not _READY:
             return False
-        if self._fields:
-            return any(obj.data_ptr() != p for obj, p in zip(self._operand_obj, self._operand_ptrs))
-        return self._operand_obj.data_ptr() != self._operand_ptrs[0]
+        try:
+            if not self._fields:
+                return self._operand_obj.data_ptr() != self._operand_ptrs[0]
+            return [obj.data_ptr() for obj in self._operand_obj] != self._operand_ptrs
+        except Exception:  # noqa: BLE001 -- no data pointer now (swapped for a sparse tensor): _operands_moved says why
+            return True
 
     def _operands_moved(self) -> collective.Problem | None:
         """Rebind each numpy or torch operand whose data moved since it was bound (numpy's
@@ -401,9 +405,9 @@ class _Binding:
         each data pointer, before the call's agreement. Local."""
         pointer = _POINTER[self._template.package]
         for f, obj in enumerate(self._objects()):
-            if pointer(obj) == self._operand_ptrs[f]:
-                continue
             try:
+                if pointer(obj) == self._operand_ptrs[f]:
+                    continue
                 op = wrap(obj)
                 msg = self._compat_problem(op, f) or self._alias_problem(op)
                 if msg is None:
@@ -411,7 +415,10 @@ class _Binding:
                     self._operand_ptrs[f] = op.ptr
                     continue
             except Exception as e:  # noqa: BLE001 -- agreed on by the call
-                return collective.problem(e)
+                where = f"field {f}: " if self._fields else ""
+                return ("InvalidValueError", f"{where}the operand changed in place since it was bound and cannot be "
+                        f"read now ({type(e).__name__}: {e}); pass an array of the planned layout to reset_operand() "
+                        f"(this rank's input box is {self.input_box})")
             where = f"field {f}: " if self._fields else ""
             how = "ndarray.__setstate__" if self._template.package == "numpy" else "set_() or .data ="
             return ("InvalidValueError", f"{where}the operand changed in place since it was bound ({how}): {msg}; "

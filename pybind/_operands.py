@@ -220,7 +220,7 @@ def _raw_signature(obj) -> tuple:
 def _torch_signature(obj) -> tuple:
     # the storage's size: one shrunk in place (untyped_storage().resize_()) is checked anew; the flags: wrap() refuses them
     return (obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device, obj.untyped_storage().nbytes(),
-            obj.is_conj(), obj.is_neg())
+            obj.storage_offset(), obj.is_conj(), obj.is_neg())
 
 
 def _cupy_signature(obj) -> tuple:
@@ -229,11 +229,13 @@ def _cupy_signature(obj) -> tuple:
 
 def _torch_quick(obj) -> tuple:
     # What can change under the same tensor object without a new version, or with the version counter preserved
-    # (``.data =``, torch.autograd._unsafe_preserve_version_counter): its address, layout, dtype, storage size and
-    # conjugate bit (the negative bit is set by private APIs only). The device is left out: a tensor moved to another
-    # device changes its address (one address space, CUDA's unified addressing). Its version is not read: inference
-    # tensors have none, and nothing that bumps it changes what is compared here without changing one of these.
-    return obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.untyped_storage().nbytes(), obj.is_conj()
+    # (``.data =``, torch.autograd._unsafe_preserve_version_counter): its address, layout, dtype, place in its storage
+    # and the storage's size, the conjugate and negative bits (``.data = z.conj().imag``). The device is left out: a
+    # tensor moved to another device changes its address (one address space, CUDA's unified addressing). Its version
+    # is not read: inference tensors have none, and nothing that bumps it changes what is compared here without
+    # changing one of these.
+    return (obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.untyped_storage().nbytes(), obj.storage_offset(),
+            obj.is_conj(), obj.is_neg())
 
 
 #: :func:`layout_signature` per package (:func:`package_of`'s names), without its dispatch: the hot
@@ -241,7 +243,7 @@ def _torch_quick(obj) -> tuple:
 SIGNATURES = {"numpy": _numpy_signature, "raw": _raw_signature, "torch": _torch_signature,
               "cupy": _cupy_signature}
 
-#: a cheaper signature where one exists (torch: without the device and the negative bit), for the out= bound now
+#: a cheaper signature where one exists (torch: without the device), for the out= bound now
 #: taken again by the next call; a mismatch only sends the call through the full check (SIGNATURES)
 QUICK_SIGNATURES = {**SIGNATURES, "torch": _torch_quick}
 

@@ -149,6 +149,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         self._operand_obj = tuple(operand) if fields else operand
         self._templates = [_template(o) for o in ops]
         self._template = self._templates[0]
+        self._torch_operand = self._template.package == "torch"  # (its data pointer is read every call: moved?)
         self._in_boxes, self._out_boxes = in_boxes, out_boxes
         # per field, per rank: the operand's element strides
         self._all_strides = [[s.strides for s in specs]] + [[s.fields[f][3] for s in specs]
@@ -370,7 +371,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
         replays = self._replays
         if stream is not None or release_workspace is not False or sync_symmetric_memory is not True:
             replays = None  # only calls with the default flags and no stream replay
-        moved = self._template.package == "torch" and self._operand_moved()
+        moved = self._torch_operand and self._operand_moved()
         if moved:
             replays = None  # rebound or refused below
         if replays is not None:

@@ -481,6 +481,42 @@ def torch_operand_reshaped_by_set_last(env):
     r.execute()
 
 
+@case((errors.InvalidValueError, r"rank {last}: execute\(out=...\): out= is refused: the torch tensor carries a lazy "
+                                 r"negation"), needs=("torch",))
+def torch_out_negated_through_data_last(env):
+    """The out= bound now (a strided view: the imaginary parts) given a lazy negation through
+    ``.data = z.conj().imag`` on the last rank (same memory, layout and version): refused everywhere."""
+    import torch
+
+    a, g = operand(env)
+    r = Redistribute(torch.from_numpy(a), Slab.X, Slab.Y)
+    r.plan()
+    z = torch.zeros(tuple(r.execute().shape), dtype=torch.complex128)
+    out = z.imag
+    for _ in range(2):
+        right(env, r.execute(out=out), g, "out= taken again")
+    if env.is_last():
+        out.data = z.conj().imag
+    r.execute(out=out)
+
+
+@case((errors.InvalidValueError, r"rank {last}: the operand changed in place since it was bound and cannot be read now"),
+      needs=("torch",))
+def torch_operand_swapped_sparse_last(env):
+    """The bound torch operand swapped for a sparse tensor (torch.utils.swap_tensors) on the last
+    rank: it has no data pointer; refused everywhere, never a hang."""
+    import torch
+
+    a, g = operand(env)
+    x = torch.from_numpy(a.copy())
+    r = Redistribute(x, Slab.X, Slab.Y)
+    r.plan()
+    right(env, r.execute(), g)
+    if env.is_last():
+        torch.utils.swap_tensors(x, torch.zeros_like(x).to_sparse())
+    r.execute()
+
+
 @case(OK, needs=("torch",))
 def torch_out_inference_rank0(env):
     """An out= made under torch.inference_mode (no version counter) on rank 0, none elsewhere
