@@ -13,6 +13,9 @@ ms per call (slowest rank, median of 15 after two warm-up calls, variants interl
 * fwd+grad       -- torch.autograd.grad (no .grad at all)
 * adjoint        -- the backward's operator alone (redist::redistribute_adjoint)
 * add_           -- one in-place add over the input: what accumulating costs
+* copy fwd, copy fwd+grad -- the floor: a torch.autograd.Function copying the input (clone forward,
+                    clone backward), under no_grad and with torch.autograd.grad: what torch's
+                    autograd costs around any operator of this size
 * X->Y, Y->X     -- ``Redistribute.execute(out=fresh tensor)`` of the forward's and the adjoint's
                     directions, no adapter (is one direction slower on this machine, or the adapter?)
 
@@ -70,6 +73,22 @@ def main() -> None:
     def add():
         scratch.add_(scratch)
 
+    class Copy(torch.autograd.Function):  # the floor: a differentiable copy of the same bytes, no exchange
+        @staticmethod
+        def forward(ctx, t):
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.clone()
+
+    def copy_fwd():
+        with torch.no_grad():
+            Copy.apply(x)
+
+    def copy_fwd_grad():
+        torch.autograd.grad(Copy.apply(x), x, scratch)
+
     forward = redist.Redistribute(x.detach(), a, b)
     inverse = redist.Redistribute(seed, b, a)
     forward.plan()
@@ -82,7 +101,8 @@ def main() -> None:
         inverse.execute(out=torch.empty(a.shape(rank), dtype=torch.complex128))
 
     variants = {"fwd": fwd, "fwd (graph)": fwd_graph, "fwd+bwd": fwd_bwd, "fwd+bwd cleared": fwd_bwd_cleared, "fwd+grad": fwd_grad,
-                "adjoint": adjoint, "add_": add, "X->Y": x_to_y, "Y->X": y_to_x}
+                "adjoint": adjoint, "add_": add, "X->Y": x_to_y, "Y->X": y_to_x,
+                "copy fwd": copy_fwd, "copy fwd+grad": copy_fwd_grad}
     for fn in variants.values():
         fn()
         fn()
