@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._operands import QUICK_SIGNATURES, SIGNATURES, Operand, data_pointer, wrap
+from ._operands import SIGNATURES, Operand, data_pointer, wrap
 from ._state import _PLANNED, _State
 from .engine import collective
 from .engine.buffer import Buffer
@@ -35,11 +35,6 @@ _POINTER = {
 #: the packages whose out= objects are also kept by their memory (``Redistribute._out_memory``): their arrays carry
 #: no state the checks read beside what their signature holds (numpy's writability and RawArray's read-only flag do)
 _BY_MEMORY = frozenset({"torch", "cupy"})
-
-
-def _memory_key(out, package: str, field: int) -> tuple | None:
-    """The key of ``out``'s memory as an out= of ``field`` (None: not kept by memory)."""
-    return (field, type(out), SIGNATURES[package](out)) if package in _BY_MEMORY else None
 
 
 def _weak(out) -> Callable[[], Any]:
@@ -125,13 +120,8 @@ class _Binding:
             return out, None
         problem = self._bind_out(out, 0)
         hit = self._out_checked.get((id(out), 0)) if problem is None and self._state is _READY else None
-        package = self._template.package
-        if hit is not None and hit[0]() is out and package != "numpy":  # (numpy: writability, _again)
-            quick = QUICK_SIGNATURES[package]
-            try:
-                self._out_fast = (self._outs[0], quick(out), self._operand_ptrs[0], quick)
-            except Exception:  # noqa: BLE001 -- not taken by the fast path then
-                self._out_fast = None
+        if hit is not None and hit[0]() is out and self._template.package != "numpy":  # (numpy: writability, _again)
+            self._out_fast = (self._outs[0], hit[1], self._operand_ptrs[0], hit[5])  # the signature _bind_out just read
         return out, problem
 
     def _execute_fresh(self, outs: Sequence) -> None:
@@ -306,7 +296,7 @@ class _Binding:
         if package not in _BY_MEMORY:
             return None, None
         try:
-            key = _memory_key(out, package, field)
+            key = (field, type(out), SIGNATURES[package](out))
         except Exception:  # noqa: BLE001 -- not the package's array: the full check says why
             return None, None
         same = self._out_memory.get(key)

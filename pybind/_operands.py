@@ -22,7 +22,7 @@ from .engine import geometry as geo
 from .engine.buffer import Buffer, byte_extent
 from .engine.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
-__all__ = ["QUICK_SIGNATURES", "RawArray", "Operand", "SIGNATURES", "as_array", "data_pointer", "layout_signature", "pointer_of",
+__all__ = ["RawArray", "Operand", "SIGNATURES", "as_array", "data_pointer", "layout_signature", "pointer_of",
            "package_of", "wrap"]
 
 
@@ -218,7 +218,11 @@ def _raw_signature(obj) -> tuple:
 
 
 def _torch_signature(obj) -> tuple:
-    # the storage's size: one shrunk in place (untyped_storage().resize_()) is checked anew; the flags: wrap() refuses them
+    # What can change under the same tensor object, with or without a new version (``.data =``,
+    # torch.autograd._unsafe_preserve_version_counter keep it): its address, layout, dtype, device, place in its storage
+    # and the storage's size (shrunk in place: untyped_storage().resize_()), the conjugate and negative bits (wrap()
+    # refuses them; ``.data = z.conj().imag`` sets one). Not its version: inference tensors have none, and nothing
+    # that bumps it changes what a check reads without changing one of these.
     return (obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device, obj.untyped_storage().nbytes(),
             obj.storage_offset(), obj.is_conj(), obj.is_neg())
 
@@ -227,26 +231,10 @@ def _cupy_signature(obj) -> tuple:
     return obj.data.ptr, obj.shape, obj.strides, obj.dtype
 
 
-def _torch_quick(obj) -> tuple:
-    # What can change under the same tensor object without a new version, or with the version counter preserved
-    # (``.data =``, torch.autograd._unsafe_preserve_version_counter): its address, layout, dtype, place in its storage
-    # and the storage's size, the conjugate and negative bits (``.data = z.conj().imag``). The device is left out: a
-    # tensor moved to another device changes its address (one address space, CUDA's unified addressing). Its version
-    # is not read: inference tensors have none, and nothing that bumps it changes what is compared here without
-    # changing one of these.
-    return (obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.untyped_storage().nbytes(), obj.storage_offset(),
-            obj.is_conj(), obj.is_neg())
-
-
 #: :func:`layout_signature` per package (:func:`package_of`'s names), without its dispatch: the hot
 #: path of an out= taken again, whose package was checked when its signature was first taken
 SIGNATURES = {"numpy": _numpy_signature, "raw": _raw_signature, "torch": _torch_signature,
               "cupy": _cupy_signature}
-
-#: a cheaper signature where one exists (torch: without the device), for the out= bound now
-#: taken again by the next call; a mismatch only sends the call through the full check (SIGNATURES)
-QUICK_SIGNATURES = {**SIGNATURES, "torch": _torch_quick}
-
 
 def layout_signature(obj) -> tuple:
     """What of ``obj`` can change in place without changing the object (numpy: shape, strides and
