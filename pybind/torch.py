@@ -503,6 +503,31 @@ def _forward_backward(ctx, grads):
     return back, None, None, None, None
 
 
+class _Eager(torch.autograd.Function):
+    """An eager call that records its backward: the operator's autograd (the same kernels and
+    context) without torch.library's wrapping of it, the dispatcher with pytree flattening and
+    default filling around both kernels, which cost more than half of an 8^3 forward +
+    ``torch.autograd.grad`` at P = 1 (perf/RESULTS.md). The fields come as separate arguments: a
+    Function differentiates its tensor arguments only, not a list's."""
+
+    @staticmethod
+    def forward(ctx, in_code, out_code, options, *fields):
+        # needs_grad: the plan's build checks that every rank records the backward, or none
+        args = list(fields), in_code, out_code, options, True
+        _forward_context(ctx, args, None)
+        return tuple(_redistribute_kernel(*args))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # The operator where grad mode is on (create_graph=True: its own backward gives double backward),
+        # where compiled autograd traces this (Dynamo would trace into the kernel) or torch would see it.
+        if torch.is_grad_enabled() or torch.compiler.is_compiling() or not _undispatched(grads):
+            back = _forward_backward(ctx, grads)[0]
+        else:
+            back = _adjoint_kernel(list(grads), *ctx.codes, ctx.input_shape)
+        return None, None, None, *back
+
+
 def _adjoint_context(ctx, inputs, output):
     _, in_code, out_code, options, _ = inputs
     ctx.codes = (list(in_code), list(out_code), options)
@@ -557,6 +582,7 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
     """
     fields = isinstance(t, (tuple, list))
     tensors = list(t) if fields else [t]
+    compiling = torch.compiler.is_compiling()
     if not tensors or not all(isinstance(x, torch.Tensor) for x in tensors):
         bad = InvalidTypeError(
             f"redist.torch.redistribute takes a torch.Tensor or a tuple of them, got {type(t).__name__}"
@@ -566,23 +592,26 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
     else:
         g = None if global_shape is None else tuple(global_shape)
         plain = (_plain(input_distribution), _plain(output_distribution), g, _plain_options(options))
-        codes = _resolve(*(_static(plain) if torch.compiler.is_compiling() else plain), tensors[0].dim())
+        codes = _resolve(*(_static(plain) if compiling else plain), tensors[0].dim())
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
-    refused = None if torch.compiler.is_compiling() else _transform_problem(tensors)
+    refused = None if compiling else _transform_problem(tensors)
     if refused is not None:  # raised on every rank: the peers' calls meet this one in the cache's lookup
         _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)))
     args = tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad
-    if not needs_grad and not torch.compiler.is_compiling() and _undispatched(tensors):
-        out = _redistribute_kernel(*args)  # what torch's dispatcher would run, without its ~10 us per call
-    else:
+    if compiling or not _undispatched(tensors):
         out = torch.ops.redist.redistribute(*args)
+    elif needs_grad:
+        out = _Eager.apply(*args[1:4], *tensors)
+    else:
+        out = _redistribute_kernel(*args)  # what torch's dispatcher would run, without its ~10 us per call
     return tuple(out) if fields else out[0]
 
 
 def _undispatched(tensors: Sequence[torch.Tensor]) -> bool:
-    """Whether an eager call that records no gradient may run the operator's kernel without torch's
-    dispatcher: nothing of torch's would see the operator (no dispatch or function mode, such as
-    FakeTensorMode or ``with torch.device(...)``, no tensor subclass, JIT trace or profiler). Local."""
+    """Whether an eager call may run the operator's kernels without torch's dispatcher (through
+    :class:`_Eager` where it records the gradient): nothing of torch's would see the operator (no
+    dispatch or function mode, such as FakeTensorMode or ``with torch.device(...)``, no tensor
+    subclass, JIT trace or profiler). Local."""
     return (not torch._C._len_torch_dispatch_stack() and not torch._C._is_torch_function_mode_enabled()
             and torch._C._get_tracing_state() is None and not torch.autograd._profiler_enabled()
             and all(type(t) is torch.Tensor for t in tensors))
