@@ -521,7 +521,7 @@ class _Eager(torch.autograd.Function):
     def backward(ctx, *grads):
         # The operator where grad mode is on (create_graph=True: its own backward gives double backward),
         # where compiled autograd traces this (Dynamo would trace into the kernel) or torch would see it.
-        if torch.is_grad_enabled() or torch.compiler.is_compiling() or not _undispatched(grads):
+        if torch.is_grad_enabled() or torch.compiler.is_compiling() or not _plain_autograd(grads):
             back = _forward_backward(ctx, grads)[0]
         else:
             back = _adjoint_kernel(list(grads), *ctx.codes, ctx.input_shape)
@@ -598,7 +598,7 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
     if refused is not None:  # raised on every rank: the peers' calls meet this one in the cache's lookup
         _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)))
     args = tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad
-    if compiling or not _undispatched(tensors):
+    if compiling or not (_plain_autograd(tensors) if needs_grad else _undispatched(tensors)):
         out = torch.ops.redist.redistribute(*args)
     elif needs_grad:
         out = _Eager.apply(*args[1:4], *tensors)
@@ -615,6 +615,14 @@ def _undispatched(tensors: Sequence[torch.Tensor]) -> bool:
     return (not torch._C._len_torch_dispatch_stack() and not torch._C._is_torch_function_mode_enabled()
             and torch._C._get_tracing_state() is None and not torch.autograd._profiler_enabled()
             and all(type(t) is torch.Tensor for t in tensors))
+
+
+def _plain_autograd(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether :class:`_Eager` may run for ``tensors``: :func:`_undispatched`, and no torch.func
+    transform is active (a tensor the transform does not wrap, such as a closure's, reaches the
+    operator unrefused and works there; torch refuses a Function without ``setup_context`` under
+    any transform, on the ranks under it only). Local."""
+    return torch._C._functorch.peek_interpreter_stack() is None and _undispatched(tensors)
 
 
 def _transform_problem(tensors: Sequence[torch.Tensor]) -> str | None:

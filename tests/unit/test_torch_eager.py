@@ -119,3 +119,24 @@ def test_compiled_autograd_traces_the_operator():
         assert torch.equal(x.grad, 2 * x.detach())
         """
     )
+
+
+def test_closure_tensor_under_a_torch_func_transform_takes_the_operator():
+    # A tensor that requires grad but that the transform does not wrap (a closure's) is not refused;
+    # torch would refuse the Function (it has no setup_context) on the ranks under the transform only.
+    run(
+        """
+        h = rand(grad=True) * 2  # computed outside the transforms
+        s = torch.tensor(1.5, dtype=torch.float64)
+        out = {}
+        for d in (False, True):
+            grad = torch.func.grad(lambda s: call(h, d).sum() * s)(s)
+            batched = torch.func.vmap(lambda s: call(h, d).sum() * s)(torch.ones(2, dtype=torch.float64))
+            tangent = torch.func.jvp(lambda s: call(h, d).sum() * s, (s,), (s,))[1]
+            out[d] = [t.detach() for t in (grad, batched, tangent)]
+        assert same(out[False], out[True])
+        total = h.detach().sum()
+        assert torch.allclose(out[False][0], total) and torch.allclose(out[False][1], total.expand(2))
+        assert torch.allclose(out[False][2], total * 1.5)
+        """
+    )
