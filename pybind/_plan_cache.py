@@ -7,14 +7,16 @@ what makes a plan (this rank's shape, strides, dtype, device, boxes, options). P
 freeing are collective, so every rank must hit or miss alike, and evict alike:
 
 * each lookup gathers one 64-bit digest of every rank's key, and a digest of the cache's history
-  (one ``Allgather`` of four integers per rank: with them whether the lookup was refused on this
-  rank and how many entries it retired). The entry's key is this rank's key *and* every
+  (one ``Allgather`` of five integers per rank: with them whether the lookup was refused on this
+  rank, how many entries it retired and which call it is, such as a forward or its backward). The entry's key is this rank's key *and* every
   rank's digest, so a change on one rank only (its box, its dtype) is a miss on every rank, and
   the new object's (collective) validation says what is wrong, the same on every rank;
 * the history digest is the same on every rank as long as every rank has looked up the same
   keys in the same order since the last collective :meth:`PlanCache.clear`; where it differs
   (a rank that cleared alone, a call made on some ranks only that raised there), every rank
-  raises the same :class:`~redist.InvalidStateError` before anything collective runs;
+  raises the same :class:`~redist.InvalidStateError` before anything collective runs; so does
+  a lookup that is another call on some ranks (``call``: a backward on some ranks where the others
+  run a forward, as ``torch.utils.checkpoint`` on some ranks only makes them);
 * a miss builds the entry (collective) and evicts the least recently used one when the cache
   holds ``maxsize`` entries; evictions are collective and the same on every rank.
 
@@ -64,7 +66,8 @@ class PlanCache:
     order on every rank; a cache may be used from one thread at a time (a lock serialises them).
     """
 
-    def __init__(self, name: str, maxsize: int = DEFAULT_MAXSIZE, settle: Callable[[], None] | None = None) -> None:
+    def __init__(self, name: str, maxsize: int = DEFAULT_MAXSIZE, settle: Callable[[], None] | None = None,
+                 calls: tuple[str, ...] = ("redistribute",)) -> None:
         self.name = name
         self._settle = settle  # called before redist.finalize() clears the cache (exchanges still in flight)
         self._retired: list[tuple[int, Any]] = []  # (identity, entry) cleared but not yet freed (collective_free)
@@ -72,6 +75,7 @@ class PlanCache:
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._history = 0  # the digest of every lookup since the last clear (equal on every rank)
         self._digests: dict[Hashable, int] = {}  # local key -> digest (bounded with the entries)
+        self._calls = {digest(c): c for c in calls}  # the kinds of call get() takes (every rank names them alike)
         self._lock = threading.RLock()
         self._used = False  # looked up at least once (collective: on every rank alike); never reset
         self.hits = self.misses = 0
@@ -151,22 +155,25 @@ class PlanCache:
             with self._lock:
                 self._release(_runtime.context().engine.comm)
 
-    def _gather(self, comm, mine: int, failed: bool) -> list[list[int]]:
-        """Collective: every rank's ``[key digest, history digest, failed, retired]`` (one row per rank)."""
+    def _gather(self, comm, mine: int, failed: bool, call: int) -> list[list[int]]:
+        """Collective: every rank's ``[key digest, history digest, failed, retired, call digest]`` (one row
+        per rank)."""
         if comm.Get_size() == 1:
-            return [[mine, self._history, int(failed), len(self._retired)]]
-        send = np.array([mine, self._history, failed, len(self._retired)], np.int64)
-        recv = np.empty((comm.Get_size(), 4), np.int64)
+            return [[mine, self._history, int(failed), len(self._retired), call]]
+        send = np.array([mine, self._history, failed, len(self._retired), call], np.int64)
+        recv = np.empty((comm.Get_size(), 5), np.int64)
         comm.Allgather(send, recv)
         return recv.tolist()
 
-    def get(self, key: Hashable, build: Callable[[], Any], problem: collective.Problem | None = None) -> Any:
+    def get(self, key: Hashable, build: Callable[[], Any], problem: collective.Problem | None = None,
+            call: str = "redistribute") -> Any:
         """Collective: the entry for this rank's ``key`` and every other rank's key; built with
         ``build()`` (collective) on a miss, which is a miss on every rank.
 
         ``problem`` (see :func:`redist.engine.collective.problem`): what this rank found wrong with
         its call before the lookup; the first rank's problem is raised on every rank, the cache
-        untouched."""
+        untouched. ``call`` (one of the cache's ``calls``) names the kind of call: the same on every rank,
+        or every rank raises."""
         with self._lock:
             comm = _runtime.context().engine.comm
             self._used = True
@@ -178,9 +185,17 @@ class PlanCache:
                     if len(self._digests) > 4 * self._maxsize:
                         self._digests.clear()
                     self._digests[key] = mine
-            every = self._gather(comm, mine, problem is not None)
+            kind = digest(call)
+            every = self._gather(comm, mine, problem is not None, kind)
             if any(row[2] for row in every):
                 collective.agree(comm, problem)
+            other = next((r for r, row in enumerate(every) if row[4] != every[0][4]), None)
+            if other is not None:
+                theirs, first = (self._calls.get(every[r][4], "another call") for r in (other, 0))  # the same everywhere
+                raise InvalidStateError(
+                    f"{self.name}: rank {other} runs {theirs} where rank 0 runs {first} (a backward run on some ranks "
+                    "only, or torch.utils.checkpoint recomputing the forward on some ranks only?): every rank must make "
+                    "the same collective calls in the same order; this call is refused on every rank")
             bad = next((r for r, row in enumerate(every) if row[1] != every[0][1]), None)
             if bad is not None:
                 raise InvalidStateError(

@@ -49,7 +49,9 @@ __all__ = ["CACHE_SIZE", "cache_info", "clear_cache", "redistribute", "set_cache
 #: planned objects the cache keeps by default (least recently used freed first)
 CACHE_SIZE = DEFAULT_MAXSIZE
 
-_cache = PlanCache("redist.torch", CACHE_SIZE)
+#: the backward's lookups in the cache: a rank running it where another runs a forward is refused everywhere
+_BACKWARD_CALL = "the backward of redistribute"
+_cache = PlanCache("redist.torch", CACHE_SIZE, calls=("redistribute", _BACKWARD_CALL))
 
 # What the operator's schema cannot carry travels as small integers into these per-process tables
 # (filled in call order: the same on every rank for the same program, and looked up locally only).
@@ -483,7 +485,8 @@ def _adjoint_kernel(grads: list[torch.Tensor], input_distribution: list[int], ou
     opts = _options[options]
     key = ("adjoint", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], tuple(input_shape),
            _field_key(grads))
-    entry = _cache.get(key, lambda: _Backward(grads, input_distribution, output_distribution, opts, input_shape))
+    entry = _cache.get(key, lambda: _Backward(grads, input_distribution, output_distribution, opts, input_shape),
+                       call=_BACKWARD_CALL)
     return entry.run(grads)
 
 

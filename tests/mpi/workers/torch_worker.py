@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
 from helpers import Report, global_values, overlap_boxes, random_boxes, sl  # noqa: E402
 
 import redist  # noqa: E402
@@ -437,6 +438,20 @@ def bad():
         )
     before = good.detach().clone()
     report.check(torch.equal(good.detach(), before), "a refused call changed the input")
+    if nranks > 1:  # the last rank recomputes the forward (a checkpoint) where the others run its backward
+        def loss(t):
+            return (call(t * 1.0) ** 2).sum()
+
+        def checkpointed_on_one_rank():
+            x = good.detach().clone().requires_grad_(True)
+            (checkpoint(loss, x, use_reentrant=False) if rank == one else loss(x)).backward()
+
+        report.expect_error(
+            checkpointed_on_one_rank,
+            redist.InvalidStateError,
+            f"rank {one} runs redistribute where rank 0 runs the backward of redistribute",
+            "torch.utils.checkpoint on one rank only",
+        )
     if nranks > 1:  # a diverged cache: refused everywhere, then recovered by a collective clear
         call(good)
         if rank == one:
