@@ -597,6 +597,8 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
         plain = (_plain(input_distribution), _plain(output_distribution), g, _plain_options(options))
         codes = _resolve(*(_static(plain) if compiling else plain), tensors[0].dim())
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+    if needs_grad and not compiling and torch.is_inference_mode_enabled():  # (Dynamo breaks the graph at it)
+        needs_grad = False  # under inference_mode with enable_grad: recorded by no operator of torch's either
     refused = None if compiling else _transform_problem(tensors)
     if refused is not None:  # raised on every rank: the peers' calls meet this one in the cache's lookup
         _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)))

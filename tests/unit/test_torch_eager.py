@@ -68,6 +68,8 @@ def test_eager_call_with_gradient_goes_through_the_function():
         with torch.no_grad():
             assert call(x, False).grad_fn is None
         assert call(x.detach(), False).grad_fn is None
+        with torch.inference_mode(), torch.enable_grad():  # records nothing, as torch's own operators there
+            assert call(x, False).grad_fn is None and (x * 2).grad_fn is None
         """
     )
 
