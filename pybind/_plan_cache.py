@@ -8,9 +8,10 @@ freeing are collective, so every rank must hit or miss alike, and evict alike:
 
 * each lookup gathers one 64-bit digest of every rank's key, and a digest of the cache's history
   (one ``Allgather`` of five integers per rank: with them whether the lookup was refused on this
-  rank, how many entries it retired and which call it is, such as a forward or its backward). The entry's key is this rank's key *and* every
-  rank's digest, so a change on one rank only (its box, its dtype) is a miss on every rank, and
-  the new object's (collective) validation says what is wrong, the same on every rank;
+  rank, how many entries it retired and which call it is, such as a forward or its backward).
+  The entry's key is this rank's key *and* every rank's digest, so a change on one rank only (its
+  box, its dtype) is a miss on every rank, and the new object's (collective) validation says what
+  is wrong, the same on every rank;
 * the history digest is the same on every rank as long as every rank has looked up the same
   keys in the same order since the last collective :meth:`PlanCache.clear`; where it differs
   (a rank that cleared alone, a call made on some ranks only that raised there), every rank
