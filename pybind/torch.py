@@ -481,6 +481,9 @@ def _redistribute_fake(fields, input_distribution, output_distribution, options,
 
 def _adjoint_kernel(grads: list[torch.Tensor], input_distribution: list[int], output_distribution: list[int],
                     options: int, input_shape: list[int]) -> list[torch.Tensor]:
+    refused = None if torch.compiler.is_compiling() else _transform_problem(grads)
+    if refused is not None:  # (is_grads_batched=True batches the gradients): refused on every rank, as the forward
+        _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)), call=_BACKWARD_CALL)
     grads = _unflag(grads)
     opts = _options[options]
     key = ("adjoint", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], tuple(input_shape),
@@ -542,7 +545,8 @@ def _adjoint_backward(ctx, grads):
     return again, None, None, None, None
 
 
-_VMAP_REFUSED = ("redist.torch.redistribute under torch.func.vmap: a batched call would be one collective per batch "
+_VMAP_REFUSED = ("redist.torch.redistribute under torch.func.vmap (or a backward with is_grads_batched=True): a "
+                 "batched call would be one collective per batch "
                  "element on each rank, and ranks may batch differently; move the batch into the tensor (an extra axis "
                  "of the boxes) instead")
 
@@ -634,8 +638,8 @@ def _transform_problem(tensors: Sequence[torch.Tensor]) -> str | None:
     """Why ``tensors`` cannot go through the operator (a torch.func transform's wrapper or a
     forward-mode dual tensor, whose tangent the operator would drop), or None. Local."""
     for t in tensors:
-        if torch._C._functorch.is_batchedtensor(t):
-            return _VMAP_REFUSED
+        if torch._C._functorch.is_batchedtensor(t) or torch._C._functorch.is_legacy_batchedtensor(t):
+            return _VMAP_REFUSED  # (legacy: autograd.grad(..., is_grads_batched=True) batches a backward's gradients)
         if torch._C._functorch.is_gradtrackingtensor(t):
             return ("redist.torch.redistribute under torch.func.grad, vjp, jvp, jacrev or jacfwd is not supported "
                     "(torch's transforms would drop or refuse its derivative); differentiate with torch.autograd "

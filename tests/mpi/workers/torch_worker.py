@@ -452,6 +452,21 @@ def bad():
             f"rank {one} runs redistribute where rank 0 runs the backward of redistribute",
             "torch.utils.checkpoint on one rank only",
         )
+
+        def batched_backward_on_one_rank():  # after a plain backward: the adjoint's plan is cached
+            x = good.detach().clone().requires_grad_(True)
+            y = call(x)
+            seeds = torch.ones((2, *y.shape), dtype=y.dtype)
+            torch.autograd.grad(y, x, seeds[0], retain_graph=True)
+            batched = rank == one
+            torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched)
+
+        report.expect_error(
+            batched_backward_on_one_rank,
+            redist.NotSupportedError,
+            f"rank {one}: .*is_grads_batched",
+            "a batched backward (is_grads_batched) on one rank only",
+        )
     if nranks > 1:  # a diverged cache: refused everywhere, then recovered by a collective clear
         call(good)
         if rank == one:
