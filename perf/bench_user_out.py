@@ -6,7 +6,9 @@ after warm-up), Slab.X -> Slab.Y complex64, torch operands:
 * ``out=torch``: execute(out=t), t from torch's caching allocator (one pass: peers store into t);
 * ``owned+copy``: execute() then t.copy_(result) (what a user had to do before #44);
 * ``captured owned`` / ``captured out=torch``: the same step captured by torch.cuda.graph, replayed;
-* host costs: the first call with a new allocation (mapping it on every rank), and a cached one.
+* host costs: the first call with a new allocation (mapping it on every rank), and a cached one,
+  against the engine-owned result and against an ``out=`` in redist's symmetric memory (what a
+  GPU out= had to be before #44: what the user-memory route adds per call for a cached allocation).
 
     mpiexec -n 1 python perf/bench_user_out.py --n 32 256 512
     REDIST_SHARED_GPU=1 mpiexec -n 4 python perf/bench_user_out.py --n 32 128   # several ranks, one GPU
@@ -90,10 +92,12 @@ def main() -> None:
                 torch.cuda.synchronize()
                 del fresh
                 cp.cuda.runtime.free(ptr)
+            sym = redist.allocate_symmetric_memory(tuple(res.shape), torch, dtype=torch.complex64)
+            r.execute(out=sym, stream=tstream)
             r.execute(out=t, stream=tstream)
             torch.cuda.synchronize()
             host = {}
-            for name, out in (("owned", None), ("out=torch", t)):
+            for name, out in (("owned", None), ("out=torch", t), ("out=symmetric", sym)):
                 samples = []
                 for _ in range(args.reps):
                     comm.Barrier()
@@ -104,6 +108,9 @@ def main() -> None:
                     torch.cuda.synchronize()
                 host[name] = max(comm.allgather(statistics.median(samples)))
             first_us = max(comm.allgather(statistics.median(first)))
+            r.execute(stream=tstream)  # unbound before it is freed
+            torch.cuda.synchronize()
+            redist.free_symmetric_memory(sym)
             del graphs
             r.release_captured()
             route = r._exe._outputs.text
@@ -113,13 +120,14 @@ def main() -> None:
     lines = [f"GPU out= in user memory (#44): {nranks} rank(s){' sharing one GPU' if redist.get_context().cuda.shared_gpu else ''}, "
              "Slab.X -> Slab.Y complex64, us per call (CUDA events, median), ratios vs owned",
              "", "| n^3 | owned | out=torch | owned+copy | captured owned | captured out=torch | host owned | host out=torch "
-             "| first use of a new allocation (host) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| host out=symmetric | first use of a new allocation (host) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for n, t, h, f, _ in rows:
         o = t["owned"]
         lines.append(f"| {n} | {o:.1f} | {t['out=torch']:.1f} ({t['out=torch'] / o:.3f}x) | {t['owned+copy']:.1f} "
                      f"({t['owned+copy'] / o:.3f}x) | {t['captured owned']:.1f} | {t['captured out=torch']:.1f} "
                      f"({t['captured out=torch'] / t['captured owned']:.3f}x) | {h['owned']:.2f} | {h['out=torch']:.2f} "
-                     f"(+{h['out=torch'] - h['owned']:.2f}) | {f:.0f} us |")
+                     f"(+{h['out=torch'] - h['owned']:.2f}) | {h['out=symmetric']:.2f} (out=torch {h['out=torch'] - h['out=symmetric']:+.2f}) "
+                     f"| {f:.0f} us |")
     lines.append("")
     lines.append(f"routes: {rows[-1][4] or 'every output is the engine-owned result or local'}")
     text = "\n".join(lines)
