@@ -546,9 +546,8 @@ def _adjoint_backward(ctx, grads):
 
 
 _VMAP_REFUSED = ("redist.torch.redistribute under torch.func.vmap (or a backward with is_grads_batched=True): a "
-                 "batched call would be one collective per batch "
-                 "element on each rank, and ranks may batch differently; move the batch into the tensor (an extra axis "
-                 "of the boxes) instead")
+                 "batched call would be one collective per batch element on each rank, and ranks may batch "
+                 "differently; move the batch into the tensor (an extra axis of the boxes) instead")
 
 
 def _refuse_vmap(info, in_dims, *args):
