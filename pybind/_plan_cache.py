@@ -194,8 +194,9 @@ class PlanCache:
             if other is not None:
                 theirs, first = (self._calls.get(every[r][4], "another call") for r in (other, 0))  # the same everywhere
                 raise InvalidStateError(
-                    f"{self.name}: rank {other} runs {theirs} where rank 0 runs {first} (a backward run on some ranks "
-                    "only, or torch.utils.checkpoint recomputing the forward on some ranks only?): every rank must make "
+                    f"{self.name}: rank {other} runs {theirs} where rank 0 runs {first} (a backward or a double backward "
+                    "on some ranks only, or torch.utils.checkpoint recomputing the forward on some ranks only?): every "
+                    "rank must make "
                     "the same collective calls in the same order; this call is refused on every rank")
             bad = next((r for r, row in enumerate(every) if row[1] != every[0][1]), None)
             if bad is not None:

@@ -49,9 +49,11 @@ __all__ = ["CACHE_SIZE", "cache_info", "clear_cache", "redistribute", "set_cache
 #: planned objects the cache keeps by default (least recently used freed first)
 CACHE_SIZE = DEFAULT_MAXSIZE
 
-#: the backward's lookups in the cache: a rank running it where another runs a forward is refused everywhere
+#: the kinds of lookup in the cache: a rank running one where another runs another is refused everywhere (a
+#: forward run by autograd's engine is a double backward's or a checkpoint's recomputation)
 _BACKWARD_CALL = "the backward of redistribute"
-_cache = PlanCache("redist.torch", CACHE_SIZE, calls=("redistribute", _BACKWARD_CALL))
+_FORWARD_IN_BACKWARD = "redistribute inside a backward"
+_cache = PlanCache("redist.torch", CACHE_SIZE, calls=("redistribute", _BACKWARD_CALL, _FORWARD_IN_BACKWARD))
 
 # What the operator's schema cannot carry travels as small integers into these per-process tables
 # (filled in call order: the same on every rank for the same program, and looked up locally only).
@@ -461,8 +463,9 @@ def _redistribute_kernel(fields: list[torch.Tensor], input_distribution: list[in
     key = ("forward", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], needs_grad,
            _field_key(fields))
     problem = _local_problem(input_distribution, output_distribution)
+    call = "redistribute" if torch._C._current_graph_task_id() == -1 else _FORWARD_IN_BACKWARD
     entry = _cache.get(key, lambda: _Forward(fields, input_distribution, output_distribution, opts, needs_grad),
-                       problem)
+                       problem, call=call)
     return entry.run(fields)
 
 

@@ -449,8 +449,25 @@ def bad():
         report.expect_error(
             checkpointed_on_one_rank,
             redist.InvalidStateError,
-            f"rank {one} runs redistribute where rank 0 runs the backward of redistribute",
+            f"rank {one} runs redistribute inside a backward where rank 0 runs the backward of redistribute",
             "torch.utils.checkpoint on one rank only",
+        )
+
+        def double_backward_on_one_rank():  # its forward inside the backward meets the others' next forward
+            x = good.detach().clone().requires_grad_(True)
+            loss = (call(x) ** 2).sum()
+            if rank == one:
+                (g,) = torch.autograd.grad(loss, x, create_graph=True)
+                (g**2).sum().backward()
+            else:
+                torch.autograd.grad(loss, x)
+                (call(good.detach().clone().requires_grad_(True)) ** 3).sum().backward()
+
+        report.expect_error(
+            double_backward_on_one_rank,
+            redist.InvalidStateError,
+            f"rank {one} runs redistribute inside a backward where rank 0 runs redistribute",
+            "a double backward on one rank only",
         )
 
         def batched_backward_on_one_rank():  # after a plain backward: the adjoint's plan is cached
