@@ -554,7 +554,9 @@ _VMAP_REFUSED = ("redist.torch.redistribute under torch.func.vmap (or a backward
 
 
 def _refuse_vmap(info, in_dims, *args):
-    raise NotSupportedError(_VMAP_REFUSED)
+    # through the cache's agreement, as the other refusals: the peers' lookups raise it too (a vmap of a
+    # backward on some ranks only)
+    _cache.get(None, lambda: None, collective.problem(NotSupportedError(_VMAP_REFUSED)))
 
 
 for _name, _kernel, _fake, _backward, _context in (

@@ -470,6 +470,22 @@ def bad():
             "a double backward on one rank only",
         )
 
+        def vmap_of_a_backward_on_one_rank():  # the adjoint operator's vmap rule refuses it
+            x = good.detach().clone().requires_grad_(True)
+            y = call(x)
+            seeds = torch.ones((2, *y.shape), dtype=y.dtype)
+            if rank == one:
+                torch.func.vmap(lambda v: torch.autograd.grad(y, x, v)[0])(seeds)
+            else:
+                torch.autograd.grad(y, x, seeds[0])
+
+        report.expect_error(
+            vmap_of_a_backward_on_one_rank,
+            redist.NotSupportedError,
+            f"rank {one}: .*vmap",
+            "torch.func.vmap of a backward on one rank only",
+        )
+
         def batched_backward_on_one_rank():  # after a plain backward: the adjoint's plan is cached
             x = good.detach().clone().requires_grad_(True)
             y = call(x)
