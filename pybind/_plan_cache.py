@@ -76,7 +76,8 @@ class PlanCache:
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._history = 0  # the digest of every lookup since the last clear (equal on every rank)
         self._digests: dict[Hashable, int] = {}  # local key -> digest (bounded with the entries)
-        self._calls = {digest(c): c for c in calls}  # the kinds of call get() takes (every rank names them alike)
+        self._kinds = {c: digest(c) for c in calls}  # the kinds of call get() takes (every rank names them alike)
+        self._calls = {d: c for c, d in self._kinds.items()}
         self._lock = threading.RLock()
         self._used = False  # looked up at least once (collective: on every rank alike); never reset
         self.hits = self.misses = 0
@@ -186,7 +187,7 @@ class PlanCache:
                     if len(self._digests) > 4 * self._maxsize:
                         self._digests.clear()
                     self._digests[key] = mine
-            kind = digest(call)
+            kind = self._kinds.get(call) or digest(call)  # (no hash of the name per lookup)
             every = self._gather(comm, mine, problem is not None, kind)
             if any(row[2] for row in every):
                 collective.agree(comm, problem)
@@ -196,8 +197,7 @@ class PlanCache:
                 raise InvalidStateError(
                     f"{self.name}: rank {other} runs {theirs} where rank 0 runs {first} (a backward or a double backward "
                     "on some ranks only, or torch.utils.checkpoint recomputing the forward on some ranks only?): every "
-                    "rank must make "
-                    "the same collective calls in the same order; this call is refused on every rank")
+                    "rank must make the same collective calls in the same order; this call is refused on every rank")
             bad = next((r for r, row in enumerate(every) if row[1] != every[0][1]), None)
             if bad is not None:
                 raise InvalidStateError(

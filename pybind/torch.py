@@ -486,7 +486,7 @@ def _adjoint_kernel(grads: list[torch.Tensor], input_distribution: list[int], ou
                     options: int, input_shape: list[int]) -> list[torch.Tensor]:
     refused = None if torch.compiler.is_compiling() else _transform_problem(grads)
     if refused is not None:  # (is_grads_batched=True batches the gradients): refused on every rank, as the forward
-        _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)), call=_BACKWARD_CALL)
+        _refuse(refused)
     grads = _unflag(grads)
     opts = _options[options]
     key = ("adjoint", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], tuple(input_shape),
@@ -556,7 +556,7 @@ _VMAP_REFUSED = ("redist.torch.redistribute under torch.func.vmap (or a backward
 def _refuse_vmap(info, in_dims, *args):
     # through the cache's agreement, as the other refusals: the peers' lookups raise it too (a vmap of a
     # backward on some ranks only)
-    _cache.get(None, lambda: None, collective.problem(NotSupportedError(_VMAP_REFUSED)))
+    _refuse(_VMAP_REFUSED)
 
 
 for _name, _kernel, _fake, _backward, _context in (
@@ -609,7 +609,7 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
         needs_grad = False  # under inference_mode with enable_grad: recorded by no operator of torch's either
     refused = None if compiling else _transform_problem(tensors)
     if refused is not None:  # raised on every rank: the peers' calls meet this one in the cache's lookup
-        _cache.get(None, lambda: None, collective.problem(NotSupportedError(refused)))
+        _refuse(refused)
     args = tensors, list(codes[0]), list(codes[1]), codes[2], needs_grad
     if compiling or not (_plain_autograd(tensors) if needs_grad else _undispatched(tensors)):
         out = torch.ops.redist.redistribute(*args)
@@ -618,6 +618,12 @@ def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution
     else:
         out = _redistribute_kernel(*args)  # what torch's dispatcher would run, without its ~10 us per call
     return tuple(out) if fields else out[0]
+
+
+def _refuse(message: str) -> None:
+    """Collective: raise NotSupportedError(``message``) through the cache's agreement, so that the
+    peers' lookups (a forward, a backward) raise it too, naming this rank."""
+    _cache.get(None, lambda: None, collective.problem(NotSupportedError(message)))
 
 
 def _undispatched(tensors: Sequence[torch.Tensor]) -> bool:
