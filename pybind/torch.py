@@ -507,6 +507,7 @@ def _forward_context(ctx, inputs, output):
 
 
 def _forward_backward(ctx, grads):
+    _refuse_transformed(grads)
     in_code, out_code, options = ctx.codes
     back = torch.ops.redist.redistribute_adjoint(list(grads), in_code, out_code, options, ctx.input_shape)
     return back, None, None, None, None
@@ -543,6 +544,7 @@ def _adjoint_context(ctx, inputs, output):
 
 
 def _adjoint_backward(ctx, grads):
+    _refuse_transformed(grads)
     in_code, out_code, options = ctx.codes
     again = torch.ops.redist.redistribute(list(grads), in_code, out_code, options, True)
     return again, None, None, None, None
@@ -551,6 +553,16 @@ def _adjoint_backward(ctx, grads):
 _VMAP_REFUSED = ("redist.torch.redistribute under torch.func.vmap (or a backward with is_grads_batched=True): a "
                  "batched call would be one collective per batch element on each rank, and ranks may batch "
                  "differently; move the batch into the tensor (an extra axis of the boxes) instead")
+
+
+def _refuse_transformed(grads) -> None:
+    """A backward whose gradients a transform wraps (``is_grads_batched=True``'s legacy batching, a
+    ``torch.func`` transform over ``torch.autograd.grad``) would be refused by torch on this rank
+    only, before any kernel or vmap rule: refused here through the cache's agreement instead, so
+    that the peers raise too."""
+    refused = None if torch.compiler.is_compiling() else _transform_problem([g for g in grads if g is not None])
+    if refused is not None:
+        _refuse(refused)
 
 
 def _refuse_vmap(info, in_dims, *args):

@@ -500,6 +500,36 @@ def bad():
             f"rank {one}: .*is_grads_batched",
             "a batched backward (is_grads_batched) on one rank only",
         )
+
+        def batched_double_backward_on_one_rank():  # create_graph: the adjoint runs as the operator there
+            x = good.detach().clone().requires_grad_(True)
+            y = call(x)
+            seeds = torch.ones((2, *y.shape), dtype=y.dtype)
+            batched = rank == one
+            torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched, create_graph=True)
+
+        report.expect_error(
+            batched_double_backward_on_one_rank,
+            redist.NotSupportedError,
+            f"rank {one}: .*is_grads_batched",
+            "a batched backward with create_graph=True on one rank only",
+        )
+
+        def transformed_backward_on_one_rank():  # torch refused its own autograd Function there, on that rank only
+            x = good.detach().clone().requires_grad_(True)
+            y = call(x)
+            seed = torch.ones_like(y)
+            if rank == one:
+                torch.func.grad(lambda v: torch.autograd.grad(y, x, v, create_graph=True)[0].sum())(seed)
+            else:
+                torch.autograd.grad(y, x, seed)
+
+        report.expect_error(
+            transformed_backward_on_one_rank,
+            redist.NotSupportedError,
+            f"rank {one}: .*torch.func.grad",
+            "torch.func.grad over a backward on one rank only",
+        )
     if nranks > 1:  # a diverged cache: refused everywhere, then recovered by a collective clear
         call(good)
         if rank == one:
