@@ -473,7 +473,7 @@ def bad():
         def vmap_of_a_backward_on_one_rank():  # the adjoint operator's vmap rule refuses it
             x = good.detach().clone().requires_grad_(True)
             y = call(x)
-            seeds = torch.ones((2, *y.shape), dtype=y.dtype)
+            seeds = torch.ones((2, *y.shape), dtype=y.dtype, device=y.device)
             if rank == one:
                 torch.func.vmap(lambda v: torch.autograd.grad(y, x, v)[0])(seeds)
             else:
@@ -489,7 +489,7 @@ def bad():
         def batched_backward_on_one_rank():  # after a plain backward: the adjoint's plan is cached
             x = good.detach().clone().requires_grad_(True)
             y = call(x)
-            seeds = torch.ones((2, *y.shape), dtype=y.dtype)
+            seeds = torch.ones((2, *y.shape), dtype=y.dtype, device=y.device)
             torch.autograd.grad(y, x, seeds[0], retain_graph=True)
             batched = rank == one
             torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched)
@@ -504,7 +504,7 @@ def bad():
         def batched_double_backward_on_one_rank():  # create_graph: the adjoint runs as the operator there
             x = good.detach().clone().requires_grad_(True)
             y = call(x)
-            seeds = torch.ones((2, *y.shape), dtype=y.dtype)
+            seeds = torch.ones((2, *y.shape), dtype=y.dtype, device=y.device)
             batched = rank == one
             torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched, create_graph=True)
 
