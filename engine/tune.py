@@ -10,8 +10,11 @@ signal x kernel variant). Every candidate is lowered, warmed up (:data:`WARMUP` 
 on every rank, each call as a user's repeated call of that route runs (host routes: their
 compiled replays in C where they have them, :class:`_Caller`) -- host candidates side by side, one call of each per round
 (:func:`measure_interleaved`, while their results fit :data:`INTERLEAVE_BYTES`), device ones in
-order (:func:`measure`); the candidate's time is the *slowest rank's median*
-(every rank gathers every rank's median), the minimum wins (ties: the earlier candidate), and the
+order (:func:`measure`); the candidate's time is the *median of its calls' slowest rank* (every
+rank gathers every rank's times: a collective call takes as long as its slowest rank, and the
+median over calls of that is what perf/bench_tune.py's loop and a user's loop see, where the
+slowest rank's own median ranks a route whose ranks take turns being slow as faster than its
+calls are), the minimum wins (ties: the earlier candidate), and the
 choice every rank lowers is rank 0's, so ranks never pick different routes. A candidate the
 backend refuses (raised on every rank by its lowering) is recorded as refused. The time spent is
 bounded by ``options.tune_budget`` seconds (the slowest rank's, checked between candidates -- the
@@ -54,7 +57,7 @@ __all__ = ["Candidate", "INTERLEAVE_BYTES", "MAX_REPS", "REPS", "SLICE", "TUNE_M
            "measure", "measure_interleaved", "repetitions"]
 
 WARMUP = 2  # untimed calls per candidate (first-call set-up: graphs, replays, request caches)
-REPS = 9  # timed calls per candidate at least; its time is the median of these (the slowest rank's)
+REPS = 9  # timed calls per candidate at least; its time is the median of these (each call's slowest rank's)
 MAX_REPS = 200  # and at most: short calls are timed over about SLICE seconds each (repetitions)
 SLICE = 2e-3  # seconds of timed calls a short candidate gets (its median is noise below that)
 INTERLEAVE_BYTES = 1 << 28  # host candidates are timed side by side while all their results fit this (per rank;
@@ -82,7 +85,7 @@ class Candidate:
 @dataclass(frozen=True)
 class Tuning:
     """What ``tune`` measured and chose (the same on every rank): ``times`` gives, per candidate in
-    the order measured, the slowest rank's median in seconds (None when not measured) and a note
+    the order measured, the median of its calls' slowest rank in seconds (None when not measured) and a note
     ("refused: ...", "skipped: budget"); ``source`` is "measured" or "wisdom"."""
 
     mode: str
@@ -99,7 +102,7 @@ class Tuning:
         rows = [f"  {'*' if label == self.chosen else ' '} {label:<16} "
                 + (f"{t * 1e6:12.1f} us" if t is not None else f"{'-':>15}") + (f"  {note}" if note else "")
                 for label, t, note in self.times]
-        return "\n".join([head, "    candidate        slowest rank's median"] + rows)
+        return "\n".join([head, "    candidate        median of the slowest rank per call"] + rows)
 
 
 def _host_arrays(plan: Plan | FusedPlan, side: str) -> list[Buffer]:
@@ -186,21 +189,27 @@ class _Caller:
         self.exe.free()
 
 
-def _time_candidate(comm: Any, caller: _Caller, inputs: Sequence[Buffer], outs: Sequence[Buffer]) -> tuple[float,
-                                                                                                            float]:
+def _time_candidate(comm: Any, caller: _Caller, inputs: Sequence[Buffer],
+                    outs: Sequence[Buffer]) -> tuple[list[float], float]:
     """Collective: warm up and time one candidate (every call agreed as execute() agrees), into
-    ``outs`` where given: (this rank's median, seconds this rank counts as spent). Every rank makes
-    the same number of calls: :func:`repetitions` of the slowest rank's last warm-up call."""
+    ``outs`` where given: (this rank's time of each call, seconds this rank counts as spent). Every
+    rank makes the same number of calls: :func:`repetitions` of the slowest rank's last warm-up call."""
     caller.bind(inputs, outs)
     spent = dt = 0.0
     for _ in range(WARMUP):
         dt = caller()
         spent += dt
     times = [caller() for _ in range(repetitions(max(collective.agree(comm, None, dt))))]
-    return statistics.median(times), spent + sum(times)
+    return times, spent + sum(times)
 
 
-Table = tuple[tuple[str, float | None, str], ...]  # per candidate: label, slowest rank's median, note
+Table = tuple[tuple[str, float | None, str], ...]  # per candidate: label, _slowest_per_call's time, note
+
+
+def _slowest_per_call(per_rank: Sequence[Sequence[float]]) -> float:
+    """The median over calls of each call's slowest rank (every rank made the same calls, the
+    same collective ones in the same order): ``per_rank[r][i]`` is rank r's time of call i."""
+    return statistics.median(map(max, zip(*per_rank, strict=True)))
 
 
 class _Record:
@@ -269,19 +278,19 @@ def measure_interleaved(comm: Any, candidates: Sequence[Candidate], lower_one: C
             for _ in range(rounds):
                 for k, (_, _, caller) in enumerate(live):
                     times[k].append(caller())
-            every = collective.agree(comm, None, ([statistics.median(t) for t in times], sum(map(sum, times))))
+            every = collective.agree(comm, None, (times, sum(map(sum, times))))
             record.spent += max(used for _, used in every)
             for k, (row, cand, _) in enumerate(live):
-                record.rows[row] = (cand.label, max(medians[k] for medians, _ in every), "")
+                record.rows[row] = (cand.label, _slowest_per_call([mine[k] for mine, _ in every]), "")
     finally:
         for _, _, caller in live:
             caller.free()
     return record.answer(comm)
 
 
-def measure(comm: Any, candidates: Sequence[Candidate], run: Callable[[Candidate], tuple[float, float]],
+def measure(comm: Any, candidates: Sequence[Candidate], run: Callable[[Candidate], tuple[Sequence[float], float]],
             budget: float) -> tuple[str | None, Table, float]:
-    """Collective: time every candidate in order with ``run`` (-> this rank's median, seconds
+    """Collective: time every candidate in order with ``run`` (-> this rank's time of each call, seconds
     spent; a refusal raises the same redist error on every rank) until the slowest rank has spent
     ``budget`` seconds. Returns (rank 0's choice or None when nothing could be measured, the table,
     the slowest rank's seconds spent), the same on every rank."""
@@ -289,14 +298,14 @@ def measure(comm: Any, candidates: Sequence[Candidate], run: Callable[[Candidate
     for cand in record.admitted(candidates):
         t0 = time.perf_counter()
         try:
-            median, used = run(cand)
+            calls, used = run(cand)
         except (NotSupportedError, InvalidValueError) as e:  # raised on every rank by the agreement
             spent_here = time.perf_counter() - t0
             record.refused(cand, e)
             record.spent += max(collective.agree(comm, None, spent_here if timer is None else 0.0))
             continue
-        every = collective.agree(comm, None, (median, used if timer is not None else time.perf_counter() - t0))
-        record.rows.append((cand.label, max(m for m, _ in every), ""))
+        every = collective.agree(comm, None, (calls, used if timer is not None else time.perf_counter() - t0))
+        record.rows.append((cand.label, _slowest_per_call([mine for mine, _ in every]), ""))
         record.spent += max(s for _, s in every)
     return record.answer(comm)
 
@@ -356,7 +365,7 @@ def lower(plan: Plan | FusedPlan, ctx: Context, options: LowerOptions, module: M
         else:
             outs = make_outs()  # one set, every candidate's in turn
 
-            def run(cand: Candidate) -> tuple[float, float]:
+            def run(cand: Candidate) -> tuple[list[float], float]:
                 caller = _Caller(lower_one(cand), cand.label, replays())
                 try:
                     return _time_candidate(comm, caller, inputs, outs)

@@ -13,7 +13,7 @@ def add_parser(sub, layouts, positive) -> argparse.ArgumentParser:
         "tune", help="time every route of one redistribution and print which wins",
         description="Plan one redistribution with tune='measure' (docs/tuning.md): every candidate route (host "
                     "methods; on GPUs transport x signal x kernel variant) is warmed up and timed on every rank, "
-                    "the slowest rank's median counts, the fastest wins. Started by plain python it launches "
+                    "the median of each call's slowest rank counts, the fastest wins. Started by plain python it launches "
                     "--ranks processes under mpiexec.")
     t.add_argument("--ranks", type=positive, default=4, help="processes to launch under mpiexec (default 4)")
     t.add_argument("--in-place", action="store_true", help="run in this process instead of launching --ranks")

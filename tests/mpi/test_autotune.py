@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """RedistributeOptions(tune=...) and wisdom under mpiexec (tests/mpi/workers/autotune_worker.py): every
-host candidate wins once on fuzzed problems, bit-exact; the slowest rank's median decides; rank
+host candidate wins once on fuzzed problems, bit-exact; the slowest rank decides; rank
 0's wisdom decides; export / import / forget, a corrupt file, REDIST_WISDOM across
 finalize()/initialize()."""
 

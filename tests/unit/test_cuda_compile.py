@@ -1997,7 +1997,7 @@ def test_update_captured_keeps_the_recorded_out(between):
 
 def test_tune_measures_transport_signal_and_kernel_variant_on_a_simulated_job(monkeypatch):
     """tune="measure" on the CUDA backend (issue #47): every candidate (transport x signal x kernel
-    variant) is lowered and timed on every rank, the slowest rank's median decides (ranks that alone
+    variant) is lowered and timed on every rank, the slowest rank decides (ranks that alone
     would pick different winners), and every candidate's result is bit-exact."""
     from redist.engine import tune
     from redist.engine.backend import Context, LowerOptions, lower

@@ -6,6 +6,7 @@ are deterministic; wisdom files: round trip, corrupt, stale, foreign, a job kill
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -34,13 +35,16 @@ def _clean(monkeypatch):
 
 
 def _measure(costs, budget=10.0, refuse=()):
-    """Every rank measures CANDS; ``costs[r][label]`` is rank r's median (and what it spent)."""
+    """Every rank measures CANDS; ``costs[r][label]`` is rank r's time of each of its calls (a list),
+    or of its one call (and what it spent)."""
 
     def rank(comm, r):
         def run(c):
             if c.label in refuse:
                 raise NotSupportedError(f"{c.label} cannot run here")
-            return costs[r][c.label], costs[r][c.label]
+            calls = costs[r][c.label]
+            calls = calls if isinstance(calls, list) else [calls]
+            return calls, sum(calls)
 
         return tune.measure(comm, CANDS, run, budget)
 
@@ -50,7 +54,7 @@ def _measure(costs, budget=10.0, refuse=()):
     return results[0]
 
 
-def test_the_slowest_ranks_median_decides_where_ranks_measure_different_winners():
+def test_the_slowest_rank_decides_where_ranks_measure_different_winners():
     costs = [
         {"push": 1, "hybrid": 5, "datatype": 3, "pack": 9},  # rank 0 alone would pick push
         {"push": 6, "hybrid": 2, "datatype": 3, "pack": 9},  # rank 1 hybrid
@@ -59,6 +63,19 @@ def test_the_slowest_ranks_median_decides_where_ranks_measure_different_winners(
     chosen, table, _ = _measure(costs)
     assert chosen == "datatype"
     assert [(label, t) for label, t, _ in table] == [("push", 6), ("hybrid", 5), ("datatype", 4), ("pack", 9)]
+
+
+def test_each_calls_slowest_rank_counts_not_the_slowest_ranks_median():
+    # push's ranks take turns being slow: each rank's median is 1, but every call waits for a slow rank (4);
+    # datatype is 2 on every rank in every call. The slowest rank's median would pick push.
+    costs = [
+        {"push": [4, 1, 1, 4, 1], "hybrid": 9, "datatype": [2] * 5, "pack": 9},
+        {"push": [1, 4, 1, 1, 4], "hybrid": 9, "datatype": [2] * 5, "pack": 9},
+        {"push": [1, 1, 4, 1, 1], "hybrid": 9, "datatype": [2] * 5, "pack": 9},
+    ]
+    chosen, table, _ = _measure(costs)
+    assert chosen == "datatype"
+    assert [(label, t) for label, t, _ in table][::2] == [("push", 4), ("datatype", 2)]
 
 
 def test_ties_go_to_the_earlier_candidate():
@@ -93,9 +110,13 @@ def test_refused_candidates_are_recorded_and_skipped():
 
 def _interleaved(costs, budget=10.0, refuse=(), freed=None):
     """Every rank measures CANDS side by side (tune.measure_interleaved) with the clock injected:
-    ``costs[r][label]`` microseconds per call of rank r; ``freed`` collects the freed labels."""
+    ``costs[r][label]`` microseconds per call of rank r (a list: its calls' in turn, repeated);
+    ``freed`` collects the freed labels."""
     local = threading.local()
-    tune.timer = lambda label, dt: costs[local.rank][label] * 1e-6
+    turns = [
+        {k: itertools.cycle(v if isinstance(v, list) else [v]) for k, v in mine.items()} for mine in costs
+    ]
+    tune.timer = lambda label, dt: next(turns[local.rank][label]) * 1e-6
 
     def rank(comm, r):
         local.rank = r
@@ -115,7 +136,7 @@ def _interleaved(costs, budget=10.0, refuse=(), freed=None):
     return results[0]
 
 
-def test_side_by_side_the_slowest_ranks_median_decides_and_every_executable_is_freed():
+def test_side_by_side_the_slowest_rank_decides_and_every_executable_is_freed():
     costs = [
         {"push": 1, "hybrid": 5, "datatype": 3, "pack": 9},
         {"push": 6, "hybrid": 2, "datatype": 3, "pack": 9},
@@ -131,6 +152,16 @@ def test_side_by_side_the_slowest_ranks_median_decides_and_every_executable_is_f
     ]
     assert table[3][2].startswith("refused: pack cannot run")
     assert sorted(freed) == sorted(["push", "hybrid", "datatype"] * 2)  # both ranks', after timing
+
+
+def test_side_by_side_each_calls_slowest_rank_counts():
+    costs = [  # push: every call has one rank at 4 us (each rank's median 1); datatype 2 us everywhere
+        {"push": [4, 1, 1], "hybrid": 9, "datatype": 2, "pack": 9},
+        {"push": [1, 4, 1], "hybrid": 9, "datatype": 2, "pack": 9},
+        {"push": [1, 1, 4], "hybrid": 9, "datatype": 2, "pack": 9},
+    ]
+    chosen, table, _ = _interleaved(costs)
+    assert chosen == "datatype" and round(table[0][1] * 1e6, 6) == 4
 
 
 def test_side_by_side_the_budget_bounds_the_rounds_and_the_lowerings():
