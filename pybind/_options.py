@@ -83,7 +83,7 @@ class RedistributeOptions:
         How :meth:`~redist.Redistribute.plan` picks the route (docs/tuning.md). "estimate"
         (default): the heuristic above, nothing timed. "measure": time every candidate
         collectively (host: every host method; GPU: transport x signal x kernel variant), each
-        warmed up, the slowest rank's median of several calls, the fastest wins; a
+        warmed up, the median of its calls' slowest rank (several calls), the fastest wins; a
         ``host_method`` or ``transport`` other than "auto" is kept, not tuned. "wisdom": the
         answer stored for this problem (:func:`redist.import_wisdom`, ``REDIST_WISDOM``) if one
         matches, else measure. Both store what they measured (:func:`redist.export_wisdom`).

@@ -264,7 +264,7 @@ class Redistribute(_Binding, _Replays, Generic[ArrayT]):
     @property
     def tuning(self) -> Any:
         """What ``tune="measure"``/``"wisdom"`` measured and chose at :meth:`plan` (``chosen``, ``times``:
-        per candidate the slowest rank's median in seconds, ``source``, ``describe()``); None with
+        per candidate the median of its calls' slowest rank in seconds, ``source``, ``describe()``); None with
         ``tune="estimate"`` or before planning."""
         return self._tuning
 

@@ -82,7 +82,7 @@ def _plot(tuning, args) -> None:
     colors = ["tab:green" if label == tuning.chosen else "tab:gray" for label, _ in rows]
     ax.barh([label for label, _ in rows], [t * 1e6 for _, t in rows], color=colors)
     ax.invert_yaxis()
-    ax.set_xlabel("slowest rank's median per call (us)")
+    ax.set_xlabel("median of the slowest rank per call (us)")
     ax.set_title(f"redist tune: {' x '.join(map(str, args.shape))} {args.dtype}, {args.from_} -> {args.to}")
     fig.tight_layout()
     fig.savefig(args.plot, dpi=120)

@@ -571,6 +571,12 @@ def _refuse_vmap(info, in_dims, *args):
     _refuse(_VMAP_REFUSED)
 
 
+def _refuse_batched(*args):
+    # torch's legacy batching (is_grads_batched=True) reaching the operator itself, as a compiled forward's backward
+    # (aot_eager) calls it: refused through the cache's agreement rather than by torch on this rank only
+    _refuse(_VMAP_REFUSED)
+
+
 for _name, _kernel, _fake, _backward, _context in (
         ("redistribute", _redistribute_kernel, _redistribute_fake, _forward_backward, _forward_context),
         ("redistribute_adjoint", _adjoint_kernel, _adjoint_fake, _adjoint_backward, _adjoint_context)):
@@ -578,6 +584,7 @@ for _name, _kernel, _fake, _backward, _context in (
     torch.library.register_fake(f"redist::{_name}", _fake, lib=_lib)
     torch.library.register_autograd(f"redist::{_name}", _backward, setup_context=_context, lib=_lib)
     torch.library.register_vmap(f"redist::{_name}", _refuse_vmap, lib=_lib)
+    _lib.impl(_name, _refuse_batched, "Batched")
 
 
 def redistribute(t: torch.Tensor | Sequence[torch.Tensor], /, input_distribution: DistributionLike,

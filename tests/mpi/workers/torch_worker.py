@@ -515,6 +515,20 @@ def bad():
             "a batched backward with create_graph=True on one rank only",
         )
 
+        def batched_backward_of_a_compiled_forward_on_one_rank():  # its backward calls the operator itself
+            x = good.detach().clone().requires_grad_(True)
+            y = torch.compile(lambda t: call(t) * 2, backend="aot_eager")(x)
+            seeds = torch.ones((2, *y.shape), dtype=y.dtype, device=y.device)
+            batched = rank == one
+            torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched)
+
+        report.expect_error(
+            batched_backward_of_a_compiled_forward_on_one_rank,
+            redist.NotSupportedError,
+            f"rank {one}: .*is_grads_batched",
+            "a batched backward of a compiled forward on one rank only",
+        )
+
         def transformed_backward_on_one_rank():  # torch refused its own autograd Function there, on that rank only
             x = good.detach().clone().requires_grad_(True)
             y = call(x)
