@@ -486,48 +486,27 @@ def bad():
             "torch.func.vmap of a backward on one rank only",
         )
 
-        def batched_backward_on_one_rank():  # after a plain backward: the adjoint's plan is cached
+        def batched_backward_on_one_rank(forward=call, cached=False, **kw):
             x = good.detach().clone().requires_grad_(True)
-            y = call(x)
+            y = forward(x)
             seeds = torch.ones((2, *y.shape), dtype=y.dtype, device=y.device)
-            torch.autograd.grad(y, x, seeds[0], retain_graph=True)
+            if cached:  # a plain backward first: the adjoint's plan is cached
+                torch.autograd.grad(y, x, seeds[0], retain_graph=True)
             batched = rank == one
-            torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched)
+            torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched, **kw)
 
-        report.expect_error(
-            batched_backward_on_one_rank,
-            redist.NotSupportedError,
-            f"rank {one}: .*is_grads_batched",
-            "a batched backward (is_grads_batched) on one rank only",
-        )
-
-        def batched_double_backward_on_one_rank():  # create_graph: the adjoint runs as the operator there
-            x = good.detach().clone().requires_grad_(True)
-            y = call(x)
-            seeds = torch.ones((2, *y.shape), dtype=y.dtype, device=y.device)
-            batched = rank == one
-            torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched, create_graph=True)
-
-        report.expect_error(
-            batched_double_backward_on_one_rank,
-            redist.NotSupportedError,
-            f"rank {one}: .*is_grads_batched",
-            "a batched backward with create_graph=True on one rank only",
-        )
-
-        def batched_backward_of_a_compiled_forward_on_one_rank():  # its backward calls the operator itself
-            x = good.detach().clone().requires_grad_(True)
-            y = torch.compile(lambda t: call(t) * 2, backend="aot_eager")(x)
-            seeds = torch.ones((2, *y.shape), dtype=y.dtype, device=y.device)
-            batched = rank == one
-            torch.autograd.grad(y, x, seeds if batched else seeds[0], is_grads_batched=batched)
-
-        report.expect_error(
-            batched_backward_of_a_compiled_forward_on_one_rank,
-            redist.NotSupportedError,
-            f"rank {one}: .*is_grads_batched",
-            "a batched backward of a compiled forward on one rank only",
-        )
+        compiled = torch.compile(lambda t: call(t) * 2, backend="aot_eager")  # its backward calls the operator itself
+        for label, kw in (
+            ("a batched backward (is_grads_batched) on one rank only", {"cached": True}),
+            ("a batched backward with create_graph=True on one rank only", {"create_graph": True}),
+            ("a batched backward of a compiled forward on one rank only", {"forward": compiled}),
+        ):
+            report.expect_error(
+                lambda kw=kw: batched_backward_on_one_rank(**kw),
+                redist.NotSupportedError,
+                f"rank {one}: .*is_grads_batched",
+                label,
+            )
 
         def transformed_backward_on_one_rank():  # torch refused its own autograd Function there, on that rank only
             x = good.detach().clone().requires_grad_(True)
