@@ -484,9 +484,7 @@ def _redistribute_fake(fields, input_distribution, output_distribution, options,
 
 def _adjoint_kernel(grads: list[torch.Tensor], input_distribution: list[int], output_distribution: list[int],
                     options: int, input_shape: list[int]) -> list[torch.Tensor]:
-    refused = None if torch.compiler.is_compiling() else _transform_problem(grads)
-    if refused is not None:  # (is_grads_batched=True batches the gradients): refused on every rank, as the forward
-        _refuse(refused)
+    _refuse_transformed(grads)  # (is_grads_batched=True batches the gradients): refused on every rank, as the forward
     grads = _unflag(grads)
     opts = _options[options]
     key = ("adjoint", tuple(input_distribution), tuple(output_distribution), _fingerprints[options], tuple(input_shape),
