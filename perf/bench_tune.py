@@ -141,7 +141,7 @@ def main() -> int:
         from mpi4py import MPI
 
         methods = sorted({m for row in rows for m in row["times_ms"]}, key=lambda m: (m != "auto", m))
-        print(f"MPI: {MPI.Get_library_version().splitlines()[0].strip()}; P = {rows[0]['P']}; ms per call "
+        print(f"MPI: {MPI.Get_library_version().replace(chr(0), '').splitlines()[0].strip()}; P = {rows[0]['P']}; ms per call "
               "(median of the slowest rank)")
         print("| N | layout | dtype | " + " | ".join(methods) + " | chosen | chosen/best | auto/chosen | "
               "measure (plans) | wisdom hit (ms) |")

@@ -563,15 +563,10 @@ def _refuse_transformed(grads) -> None:
         _refuse(refused)
 
 
-def _refuse_vmap(info, in_dims, *args):
-    # through the cache's agreement, as the other refusals: the peers' lookups raise it too (a vmap of a
-    # backward on some ranks only)
-    _refuse(_VMAP_REFUSED)
-
-
 def _refuse_batched(*args):
-    # torch's legacy batching (is_grads_batched=True) reaching the operator itself, as a compiled forward's backward
-    # (aot_eager) calls it: refused through the cache's agreement rather than by torch on this rank only
+    # the vmap rule, and the kernel of torch's legacy batching (is_grads_batched=True reaching the operator itself,
+    # as a compiled forward's backward calls it): refused through the cache's agreement, so the peers' lookups raise
+    # it too (a vmap or batched backward on some ranks only), rather than by torch on this rank only
     _refuse(_VMAP_REFUSED)
 
 
@@ -581,7 +576,7 @@ for _name, _kernel, _fake, _backward, _context in (
     _lib.impl(_name, _kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"redist::{_name}", _fake, lib=_lib)
     torch.library.register_autograd(f"redist::{_name}", _backward, setup_context=_context, lib=_lib)
-    torch.library.register_vmap(f"redist::{_name}", _refuse_vmap, lib=_lib)
+    torch.library.register_vmap(f"redist::{_name}", _refuse_batched, lib=_lib)
     _lib.impl(_name, _refuse_batched, "Batched")
 
 
